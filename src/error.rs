@@ -1,0 +1,99 @@
+//! The one error type of the crate.
+//!
+//! Variants are the things a caller can act on. Client errors of the document layer map to the
+//! Azure Cosmos DB HTTP status codes through [`Error::status_code`], so code ported from Cosmos
+//! keeps its `match` on 404/409/412.
+
+use std::path::PathBuf;
+
+/// Result type of every fallible ebbdb call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in ebbdb.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The request was malformed: invalid TTL, bad id, bad JSON shape, oversized key (HTTP 400).
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The item, container or keyspace does not exist or has expired (HTTP 404).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The item or container already exists (HTTP 409).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// An `if_match` etag did not match the live item (HTTP 412).
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
+    /// A value or document is larger than the configured limit (HTTP 413).
+    #[error("entity too large: {0}")]
+    TooLarge(String),
+    /// Another process or handle already has the directory open.
+    #[error("database directory {0} is locked by another handle or process")]
+    Locked(PathBuf),
+    /// Bytes on disk failed their checksum or are otherwise impossible.
+    #[error("corruption in {file} at offset {offset}: {reason}")]
+    Corruption {
+        /// The file holding the bad bytes.
+        file: PathBuf,
+        /// Byte offset of the first bad record or structure.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A write-ahead fsync failed earlier; the store refuses writes until it is reopened.
+    #[error(
+        "store is poisoned after a failed fsync or write; reopen it to recover acknowledged data"
+    )]
+    Poisoned,
+    /// A background worker failed (panic or I/O error); the message says what happened.
+    #[error("background worker failed: {0}")]
+    Worker(String),
+    /// The store has been closed.
+    #[error("store is closed")]
+    Closed,
+    /// An operating-system I/O error.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// The Azure Cosmos DB HTTP status code matching this error, where one exists.
+    ///
+    /// Client errors give 400, 404, 409, 412 or 413; [`Error::Locked`] gives 423; storage
+    /// failures give 500.
+    #[must_use]
+    pub fn status_code(&self) -> u16 {
+        match self {
+            Error::BadRequest(_) => 400,
+            Error::NotFound(_) => 404,
+            Error::Conflict(_) => 409,
+            Error::PreconditionFailed(_) => 412,
+            Error::TooLarge(_) => 413,
+            Error::Locked(_) => 423,
+            Error::Corruption { .. }
+            | Error::Poisoned
+            | Error::Worker(_)
+            | Error::Closed
+            | Error::Io(_) => 500,
+        }
+    }
+
+    /// True when this error is a 404 (missing or expired).
+    #[must_use]
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound(_))
+    }
+
+    pub(crate) fn corruption(
+        file: impl Into<PathBuf>,
+        offset: u64,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Corruption {
+            file: file.into(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Hint files: a compact index of one sealed segment, so opening need not read the values.
+//!
+//! ```text
+//! header (16 bytes)
+//!  0  8  magic "EBBDBHNT"
+//!  8  4  format version
+//! 12  4  segment id this hint describes
+//! entry (40 bytes + key), one per put or tombstone record of the segment, in file order
+//!  0  1  kind            (as in the record)
+//!  1  1  flags           (as in the record)
+//!  2  2  reserved        zero
+//!  4  4  keyspace
+//!  8  4  ttl             i32, as in the record
+//! 12  4  key_len
+//! 16  8  seq
+//! 24  8  write_ms
+//! 32  4  offset          of the record in the segment
+//! 36  4  len             of the whole record
+//! 40  .. key
+//! footer (16 bytes)
+//!  0  8  entry count
+//!  8  4  crc32 of every byte before the footer's crc (header, entries, count)
+//! 12  4  reserved        zero
+//! ```
+//! A hint is written complete and fsynced before the segment is published; a hint that fails
+//! any check is ignored and its segment scanned instead.
+
+use byteorder::{ByteOrder, LittleEndian as LE};
+
+use super::record::{Kind, Meta};
+use super::{DecodeError, FORMAT_VERSION, HINT_MAGIC};
+use crate::options::MAX_KEY_SIZE;
+use crate::ttl::ItemTtl;
+
+/// Length of the hint header.
+pub const HINT_HEADER_LEN: usize = 16;
+/// Length of an entry without its key.
+pub const HINT_ENTRY_LEN: usize = 40;
+/// Length of the footer.
+pub const HINT_FOOTER_LEN: usize = 16;
+
+/// One hint entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HintEntry {
+    /// The record's header fields.
+    pub meta: Meta,
+    /// Offset of the record in its segment.
+    pub offset: u32,
+    /// Length of the whole record.
+    pub len: u32,
+    /// The key.
+    pub key: Vec<u8>,
+}
+
+/// Builds a hint file in memory.
+#[derive(Debug)]
+pub struct HintWriter {
+    buf: Vec<u8>,
+    count: u64,
+}
+
+impl HintWriter {
+    /// Starts a hint for segment `segment_id`.
+    #[must_use]
+    pub fn new(segment_id: u32) -> Self {
+        let mut buf = Vec::with_capacity(4096);
+        buf.extend_from_slice(&HINT_MAGIC);
+        let mut v = [0u8; 8];
+        LE::write_u32(&mut v[0..4], FORMAT_VERSION);
+        LE::write_u32(&mut v[4..8], segment_id);
+        buf.extend_from_slice(&v);
+        Self { buf, count: 0 }
+    }
+
+    /// Adds the entry for a record at `offset` of length `len`.
+    pub fn add(&mut self, meta: &Meta, key: &[u8], offset: u32, len: u32) {
+        let mut e = [0u8; HINT_ENTRY_LEN];
+        e[0] = meta.kind as u8;
+        e[1] = meta.flags;
+        LE::write_u32(&mut e[4..8], meta.keyspace);
+        LE::write_i32(&mut e[8..12], meta.ttl.to_wire());
+        LE::write_u32(&mut e[12..16], u32::try_from(key.len()).unwrap_or(u32::MAX));
+        LE::write_u64(&mut e[16..24], meta.seq);
+        LE::write_u64(&mut e[24..32], meta.write_ms);
+        LE::write_u32(&mut e[32..36], offset);
+        LE::write_u32(&mut e[36..40], len);
+        self.buf.extend_from_slice(&e);
+        self.buf.extend_from_slice(key);
+        self.count += 1;
+    }
+
+    /// Finishes the file and returns its bytes.
+    #[must_use]
+    pub fn finish(mut self) -> Vec<u8> {
+        let mut f = [0u8; 8];
+        LE::write_u64(&mut f, self.count);
+        self.buf.extend_from_slice(&f);
+        let crc = crc32fast::hash(&self.buf);
+        let mut c = [0u8; 8];
+        LE::write_u32(&mut c[0..4], crc);
+        self.buf.extend_from_slice(&c);
+        self.buf
+    }
+}
+
+/// Decodes a whole hint file for segment `segment_id`.
+///
+/// # Errors
+/// Any structural problem: wrong magic, version or segment id, bad CRC, truncation, a length
+/// over its limit, or a count that does not match.
+pub fn decode(b: &[u8], segment_id: u32) -> Result<Vec<HintEntry>, DecodeError> {
+    if b.len() < HINT_HEADER_LEN + HINT_FOOTER_LEN {
+        return Err(DecodeError::Truncated);
+    }
+    let body_end = b.len() - HINT_FOOTER_LEN;
+    let footer = &b[body_end..];
+    let crc_end = body_end + 8;
+    if LE::read_u32(&footer[8..12]) != crc32fast::hash(&b[..crc_end]) {
+        return Err(DecodeError::BadChecksum);
+    }
+    if LE::read_u32(&footer[12..16]) != 0 {
+        return Err(DecodeError::BadField);
+    }
+    if b[0..8] != HINT_MAGIC
+        || LE::read_u32(&b[8..12]) != FORMAT_VERSION
+        || LE::read_u32(&b[12..16]) != segment_id
+    {
+        return Err(DecodeError::BadField);
+    }
+    let count = LE::read_u64(&footer[0..8]);
+    // Each entry takes at least HINT_ENTRY_LEN bytes: bound the allocation by the bytes present.
+    let max_entries = (body_end - HINT_HEADER_LEN) / HINT_ENTRY_LEN;
+    if count > max_entries as u64 {
+        return Err(DecodeError::BadLength);
+    }
+    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    let mut pos = HINT_HEADER_LEN;
+    while pos < body_end {
+        let e = b
+            .get(pos..pos + HINT_ENTRY_LEN)
+            .ok_or(DecodeError::Truncated)?;
+        let key_len = LE::read_u32(&e[12..16]) as usize;
+        if key_len > MAX_KEY_SIZE {
+            return Err(DecodeError::BadLength);
+        }
+        let key = b
+            .get(pos + HINT_ENTRY_LEN..pos + HINT_ENTRY_LEN + key_len)
+            .filter(|_| pos + HINT_ENTRY_LEN + key_len <= body_end)
+            .ok_or(DecodeError::Truncated)?;
+        let kind = match e[0] {
+            1 => Kind::Put,
+            2 => Kind::Tombstone,
+            _ => return Err(DecodeError::BadField),
+        };
+        let ttl = ItemTtl::from_wire(LE::read_i32(&e[8..12])).ok_or(DecodeError::BadField)?;
+        out.push(HintEntry {
+            meta: Meta {
+                kind,
+                flags: e[1],
+                keyspace: LE::read_u32(&e[4..8]),
+                ttl,
+                seq: LE::read_u64(&e[16..24]),
+                write_ms: LE::read_u64(&e[24..32]),
+            },
+            offset: LE::read_u32(&e[32..36]),
+            len: LE::read_u32(&e[36..40]),
+            key: key.to_vec(),
+        });
+        pos += HINT_ENTRY_LEN + key_len;
+    }
+    if out.len() as u64 != count {
+        return Err(DecodeError::BadLength);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::record::FLAG_SHADOWS;
+
+    fn entry(seq: u64, key: &[u8]) -> HintEntry {
+        HintEntry {
+            meta: Meta {
+                kind: Kind::Put,
+                flags: FLAG_SHADOWS,
+                keyspace: 2,
+                ttl: ItemTtl::Never,
+                seq,
+                write_ms: 1234,
+            },
+            offset: 32,
+            len: 77,
+            key: key.to_vec(),
+        }
+    }
+
+    fn build(entries: &[HintEntry]) -> Vec<u8> {
+        let mut w = HintWriter::new(9);
+        for e in entries {
+            w.add(&e.meta, &e.key, e.offset, e.len);
+        }
+        w.finish()
+    }
+
+    #[test]
+    fn round_trip_and_grid() {
+        let entries = vec![entry(1, b"a"), entry(2, b"bcd"), entry(3, b"")];
+        let b = build(&entries);
+        assert_eq!(decode(&b, 9), Ok(entries));
+        assert_eq!(&b[0..8], b"EBBDBHNT");
+        assert_eq!(LE::read_u32(&b[12..16]), 9);
+        let e = &b[HINT_HEADER_LEN..];
+        assert_eq!(LE::read_u64(&e[16..24]), 1);
+        assert_eq!(LE::read_u32(&e[32..36]), 32);
+        assert_eq!(
+            b.len(),
+            HINT_HEADER_LEN + 3 * HINT_ENTRY_LEN + 4 + HINT_FOOTER_LEN
+        );
+    }
+
+    #[test]
+    fn wrong_segment_truncation_and_flips_are_rejected() {
+        let b = build(&[entry(1, b"k1"), entry(2, b"k2")]);
+        assert!(decode(&b, 8).is_err());
+        for n in 0..b.len() {
+            assert!(decode(&b[..n], 9).is_err(), "prefix {n}");
+        }
+        for bit in 0..b.len() * 8 {
+            let mut c = b.clone();
+            c[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode(&c, 9).is_err(), "bit {bit}");
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Options for opening a [`Store`](crate::Store) or [`Database`](crate::Database).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+
+/// Largest key the engine accepts, in bytes.
+pub const MAX_KEY_SIZE: usize = 64 * 1024;
+/// Largest value the engine accepts, in bytes (the record length field is 32 bits, and a record
+/// must fit in one segment).
+pub const MAX_VALUE_SIZE: usize = 64 * 1024 * 1024;
+
+/// When a write's bytes reach stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// A write returns after its bytes are fsynced. Concurrent writers share one fsync (group
+    /// commit). The default.
+    #[default]
+    Always,
+    /// Writes return once in the OS page cache; a background thread fsyncs at this interval.
+    Periodic(Duration),
+    /// Never fsync on its own (only on [`Store::sync`](crate::Store::sync), rotation and close).
+    Never,
+}
+
+/// What opening does about a bad record inside a sealed segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Report [`Error::Corruption`](crate::Error::Corruption) naming the file and offset. The default.
+    #[default]
+    Strict,
+    /// Skip the rest of the damaged segment, keep everything readable, and open anyway. Data
+    /// after the damage in that segment is lost; the skipped ranges are counted in stats.
+    Salvage,
+}
+
+/// How the engine is opened and tuned. Built with chained setters:
+///
+/// ```
+/// use ebbdb::{Options, SyncPolicy};
+/// let opts = Options::default().sync(SyncPolicy::Never).segment_size(8 << 20);
+/// assert_eq!(opts.segment_size_bytes(), 8 << 20);
+/// ```
+#[derive(Clone)]
+pub struct Options {
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) sync: SyncPolicy,
+    pub(crate) segment_size: u64,
+    pub(crate) max_item_size: usize,
+    pub(crate) recovery: RecoveryMode,
+    pub(crate) compaction_dead_ratio: f64,
+    pub(crate) max_reclaim_lag: Duration,
+    pub(crate) tick_interval: Duration,
+    pub(crate) use_hints: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            sync: SyncPolicy::Always,
+            segment_size: 64 << 20,
+            max_item_size: 2 << 20,
+            recovery: RecoveryMode::Strict,
+            compaction_dead_ratio: 0.5,
+            max_reclaim_lag: Duration::from_secs(600),
+            tick_interval: Duration::from_millis(250),
+            use_hints: true,
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("clock", &self.clock)
+            .field("sync", &self.sync)
+            .field("segment_size", &self.segment_size)
+            .field("max_item_size", &self.max_item_size)
+            .field("recovery", &self.recovery)
+            .field("compaction_dead_ratio", &self.compaction_dead_ratio)
+            .field("max_reclaim_lag", &self.max_reclaim_lag)
+            .field("tick_interval", &self.tick_interval)
+            .field("use_hints", &self.use_hints)
+            .finish()
+    }
+}
+
+impl Options {
+    /// Uses `clock` for every timestamp (e.g. a [`ManualClock`](crate::clock::ManualClock) in tests).
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Sets the durability policy (default [`SyncPolicy::Always`]).
+    #[must_use]
+    pub fn sync(mut self, policy: SyncPolicy) -> Self {
+        self.sync = policy;
+        self
+    }
+
+    /// Rotates the active segment once it reaches `bytes` (default 64 MiB, at least 4 KiB).
+    #[must_use]
+    pub fn segment_size(mut self, bytes: u64) -> Self {
+        self.segment_size = bytes.max(4096);
+        self
+    }
+
+    /// The configured segment size.
+    #[must_use]
+    pub fn segment_size_bytes(&self) -> u64 {
+        self.segment_size
+    }
+
+    /// Largest document the document layer accepts, serialized (default 2 MiB); larger → 413.
+    #[must_use]
+    pub fn max_item_size(mut self, bytes: usize) -> Self {
+        self.max_item_size = bytes.min(MAX_VALUE_SIZE);
+        self
+    }
+
+    /// What to do about corruption inside a sealed segment (default [`RecoveryMode::Strict`]).
+    #[must_use]
+    pub fn recovery(mut self, mode: RecoveryMode) -> Self {
+        self.recovery = mode;
+        self
+    }
+
+    /// A sealed segment is merged once this share of its bytes is dead (default 0.5).
+    #[must_use]
+    pub fn compaction_dead_ratio(mut self, ratio: f64) -> Self {
+        self.compaction_dead_ratio = ratio.clamp(0.0, 1.0);
+        self
+    }
+
+    /// A segment holding expired bytes older than this is merged whatever its dead share, so
+    /// expired data in cold segments is purged within this bound (default 10 minutes).
+    #[must_use]
+    pub fn max_reclaim_lag(mut self, lag: Duration) -> Self {
+        self.max_reclaim_lag = lag;
+        self
+    }
+
+    /// How often the background worker looks at the clock (default 250 ms).
+    #[must_use]
+    pub fn tick_interval(mut self, every: Duration) -> Self {
+        self.tick_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Whether opening reads hint files (default true). Off forces a full scan of every
+    /// segment; useful to measure what hints buy.
+    #[must_use]
+    pub fn use_hints(mut self, on: bool) -> Self {
+        self.use_hints = on;
+        self
+    }
+}
