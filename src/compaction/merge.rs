@@ -1,0 +1,384 @@
+//! Merging segments: copy live records into new segments, drop dead ones, publish atomically.
+//!
+//! Steps (each a crash point the tests stop at, see DESIGN.md "Crash safety of compaction"):
+//! 1. Under the log mutex, choose the segments and take `snapshot_seq` (the next sequence
+//!    number) and `outside_min` (the smallest `created_seq` of every segment that stays).
+//! 2. Walk the chosen segments. A put the key directory points at and that is live is copied;
+//!    any other record is dead and is dropped, or replaced by a marker when dropping it could
+//!    let an older version of its key come back (the no-resurrection rule, below). Outputs are
+//!    new segment files with `created_seq = snapshot_seq`, each with a hint file, all fsynced.
+//!    A crash here leaves files the manifest does not list: deleted on open.
+//! 3. Publish: write the manifest that swaps inputs for outputs (atomic rename). From here a
+//!    crash opens the new set; the old files are unlisted and deleted on open.
+//! 4. Add outputs to the segment set, move key-directory entries that still point at their old
+//!    location, account dead bytes of copies that were superseded meanwhile.
+//! 5. Remove inputs from the set; their files are unlinked when the last reader drops them.
+//!
+//! No-resurrection rule for a dead record `R` of key `K` with sequence `s`:
+//! - if `R` is a put without the SHADOWS flag, no live older version existed when it was
+//!   written, and any older version on disk is itself expired or deleted forever: drop it;
+//! - if the key directory holds a newer version of `K` that has the SHADOWS flag, that version
+//!   (or, later, its own marker) hides every older one: drop `R`;
+//! - if every segment that stays was created after `s` (`outside_min > s`), no older version
+//!   of `K` can be outside this merge (a segment created after `s` only ever received records
+//!   appended after `s` or copies of records live after `s`): drop `R`;
+//! - otherwise write a marker: a tombstone with `R`'s sequence number and key.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::sync::Arc;
+
+use crate::engine::Inner;
+use crate::error::{Error, Result};
+use crate::format::hint::HintWriter;
+use crate::format::record::{self, Kind, Meta, FLAG_MARKER, FLAG_SHADOWS};
+use crate::format::SegmentHeader;
+use crate::keydir::KeyspaceCore;
+use crate::log::manifest::Manifest;
+use crate::log::scan::{scan, ScanEnd};
+use crate::log::segment::Segment;
+use crate::log::segment_path;
+use crate::stats::{CompactionReport, SegStats};
+use crate::ttl::ItemTtl;
+
+use super::policy;
+
+/// Where a merge can be stopped by tests, to check that every step is crash safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// Outputs written and fsynced, manifest not yet replaced.
+    AfterOutputs,
+    /// Manifest replaced, memory not yet updated, old files not deleted.
+    AfterPublish,
+    /// Key directory moved, old segments not yet retired.
+    AfterKeydirMove,
+}
+
+struct Output {
+    id: u32,
+    writer: BufWriter<File>,
+    len: u64,
+    hint: HintWriter,
+    stats: SegStats,
+}
+
+struct Outputs<'a> {
+    inner: &'a Inner,
+    snapshot_seq: u64,
+    done: Vec<Output>,
+    current: Option<Output>,
+}
+
+impl Outputs<'_> {
+    fn place(&mut self, meta: &Meta, key: &[u8], bytes: &[u8]) -> Result<(u32, u32)> {
+        let need = bytes.len() as u64;
+        let full = self.current.as_ref().is_some_and(|o| {
+            o.len > SegmentHeader::LEN && o.len + need > self.inner.opts.segment_size
+        });
+        if full {
+            if let Some(o) = self.current.take() {
+                self.done.push(o);
+            }
+        }
+        if self.current.is_none() {
+            let id = {
+                let mut log = self.inner.log.lock();
+                let id = log.manifest.next_file_id;
+                log.manifest.next_file_id += 1;
+                id
+            };
+            let header = SegmentHeader {
+                id,
+                created_seq: self.snapshot_seq,
+            };
+            let file = File::options()
+                .create_new(true)
+                .write(true)
+                .open(segment_path(&self.inner.dir, id))?;
+            let mut writer = BufWriter::with_capacity(1 << 20, file);
+            writer.write_all(&header.encode())?;
+            self.current = Some(Output {
+                id,
+                writer,
+                len: SegmentHeader::LEN,
+                hint: HintWriter::new(id),
+                stats: SegStats::default(),
+            });
+        }
+        let o = self.current.as_mut().ok_or(Error::Closed)?;
+        let offset =
+            u32::try_from(o.len).map_err(|_| Error::TooLarge("merge output offset".into()))?;
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        o.writer.write_all(bytes)?;
+        o.len += need;
+        o.hint.add(meta, key, offset, len);
+        o.stats.total += need;
+        if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
+            o.stats.shadowing += 1;
+        }
+        if meta.kind == Kind::Tombstone {
+            o.stats.dead += need;
+        }
+        Ok((o.id, offset))
+    }
+
+    /// fsyncs every output and writes its hint; returns them.
+    fn finish(mut self) -> Result<Vec<(u32, SegStats)>> {
+        if let Some(o) = self.current.take() {
+            self.done.push(o);
+        }
+        let mut out = Vec::new();
+        for o in self.done {
+            let file = o
+                .writer
+                .into_inner()
+                .map_err(|e| Error::Io(e.into_error()))?;
+            file.sync_all()?;
+            super::write_hint_file(self.inner, o.id, o.hint)?;
+            out.push((o.id, o.stats));
+        }
+        Ok(out)
+    }
+}
+
+impl SegmentHeader {
+    const LEN: u64 = crate::format::SEGMENT_HEADER_LEN as u64;
+}
+
+struct Move {
+    ks: Arc<KeyspaceCore>,
+    key: Box<[u8]>,
+    seq: u64,
+    from: (u32, u32),
+    to: (u32, u32),
+    len: u32,
+}
+
+fn crash_here(inner: &Inner, at: CrashPoint) -> Result<()> {
+    if *inner.merge_crash_at.lock() == Some(at) {
+        inner.poison();
+        return Err(Error::Io(std::io::Error::other(format!(
+            "injected crash at {at:?}"
+        ))));
+    }
+    Ok(())
+}
+
+pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
+    let _one_at_a_time = inner.merge_lock.lock();
+    inner.check_writable()?;
+    let now = inner.now_s();
+    let (sel, snapshot_seq, outside_min) = {
+        let mut log = inner.log.lock();
+        // An active segment that is mostly dead (and not tiny) is sealed so the policy can
+        // reclaim it too; otherwise expired data in a slow-growing log would wait for rotation.
+        let active = log
+            .segstats
+            .get(&log.active.id())
+            .copied()
+            .unwrap_or_default();
+        if active.total >= inner.opts.segment_size / 16
+            && active.dead > 0
+            && active.dead_share() >= inner.opts.compaction_dead_ratio
+        {
+            inner.rotate(&mut log)?;
+        }
+        let sel = policy::select(
+            &log.manifest.sealed,
+            &log.segstats,
+            now,
+            inner.opts.compaction_dead_ratio,
+            inner.opts.max_reclaim_lag.as_secs(),
+            full,
+        );
+        if sel.is_empty() {
+            return Ok(CompactionReport::default());
+        }
+        let retired: HashSet<u32> = sel.drop.iter().chain(&sel.merge).copied().collect();
+        let set = inner.segments.read();
+        let outside_min = set
+            .sealed
+            .values()
+            .filter(|s| !retired.contains(&s.id))
+            .map(|s| s.header.created_seq)
+            .chain(std::iter::once(log.active.header.created_seq))
+            .min()
+            .unwrap_or(u64::MAX);
+        (sel, log.next_seq, outside_min)
+    };
+    let (inputs, dropped): (Vec<Arc<Segment>>, Vec<Arc<Segment>>) = {
+        let set = inner.segments.read();
+        (
+            sel.merge
+                .iter()
+                .filter_map(|id| set.sealed.get(id).cloned())
+                .collect(),
+            sel.drop
+                .iter()
+                .filter_map(|id| set.sealed.get(id).cloned())
+                .collect(),
+        )
+    };
+    let mut report = CompactionReport {
+        segments_merged: inputs.len(),
+        segments_dropped: dropped.len(),
+        bytes_before: inputs.iter().chain(&dropped).map(|s| s.len()).sum(),
+        ..CompactionReport::default()
+    };
+
+    // 2. Copy.
+    let mut outputs = Outputs {
+        inner,
+        snapshot_seq,
+        done: Vec::new(),
+        current: None,
+    };
+    let mut moves = Vec::new();
+    let mut keyspaces: HashMap<u32, Option<Arc<KeyspaceCore>>> = HashMap::new();
+    for seg in &inputs {
+        let mut failure: Option<Error> = None;
+        let end = scan(seg.bytes(), |off, len, rec| {
+            if failure.is_some() {
+                return;
+            }
+            let core = keyspaces
+                .entry(rec.meta.keyspace)
+                .or_insert_with(|| inner.keyspace_by_id(rec.meta.keyspace))
+                .clone();
+            let Some(core) = core else { return };
+            let decision = {
+                let st = core.state.read();
+                let current = st.map.get(rec.key);
+                let live = rec.meta.kind == Kind::Put
+                    && current
+                        .is_some_and(|e| e.file == seg.id && e.offset == off && st.is_live(e, now));
+                // The no-resurrection rule (module docs, DESIGN.md section 6).
+                let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
+                let hidden_by_newer =
+                    current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
+                let nothing_older_outside = outside_min > rec.meta.seq;
+                if live {
+                    Decision::Copy
+                } else if unshadowed || hidden_by_newer || nothing_older_outside {
+                    Decision::Drop
+                } else {
+                    Decision::Marker
+                }
+            };
+            let raw = seg.read(off, len).unwrap_or_default();
+            let placed = match decision {
+                Decision::Drop => return,
+                Decision::Copy => outputs.place(&rec.meta, rec.key, raw).map(|to| {
+                    report.records_copied += 1;
+                    moves.push(Move {
+                        ks: Arc::clone(&core),
+                        key: rec.key.into(),
+                        seq: rec.meta.seq,
+                        from: (seg.id, off),
+                        to,
+                        len,
+                    });
+                }),
+                Decision::Marker => {
+                    let meta = Meta {
+                        kind: Kind::Tombstone,
+                        flags: FLAG_SHADOWS | FLAG_MARKER,
+                        keyspace: rec.meta.keyspace,
+                        ttl: ItemTtl::Inherit,
+                        seq: rec.meta.seq,
+                        write_ms: rec.meta.write_ms,
+                    };
+                    let mut buf = Vec::with_capacity(record::encoded_len(rec.key.len(), 0));
+                    record::encode(&mut buf, &meta, rec.key, &[]);
+                    report.markers_written += 1;
+                    outputs.place(&meta, rec.key, &buf).map(|_| ())
+                }
+            };
+            if let Err(e) = placed {
+                failure = Some(e);
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if let ScanEnd::Bad { offset, err } = end {
+            return Err(Error::corruption(
+                seg.path(),
+                offset as u64,
+                err.to_string(),
+            ));
+        }
+    }
+    let written = outputs.finish()?;
+    report.segments_written = written.len();
+    crash_here(inner, CrashPoint::AfterOutputs)?;
+
+    // 3. Publish.
+    let retired: HashSet<u32> = inputs.iter().chain(&dropped).map(|s| s.id).collect();
+    let mut log = inner.log.lock();
+    let mut manifest: Manifest = log.manifest.clone();
+    manifest.sealed.retain(|id| !retired.contains(id));
+    manifest.sealed.extend(written.iter().map(|(id, _)| *id));
+    manifest.next_seq = log.next_seq;
+    manifest.store(&inner.dir)?;
+    log.manifest = manifest;
+    crash_here(inner, CrashPoint::AfterPublish)?;
+
+    // 4. Outputs in, key directory moved.
+    let mut opened = Vec::with_capacity(written.len());
+    for (id, _) in &written {
+        opened.push(Arc::new(Segment::open(&inner.dir, *id)?));
+    }
+    {
+        let mut set = inner.segments.write();
+        for seg in &opened {
+            set.sealed.insert(seg.id, Arc::clone(seg));
+            report.bytes_after += seg.len();
+        }
+    }
+    let mut out_stats: HashMap<u32, SegStats> = written.into_iter().collect();
+    for m in moves {
+        let mut st = m.ks.state.write();
+        let moved = match st.map.get_mut(&m.key) {
+            Some(e) if (e.file, e.offset) == m.from && e.seq == m.seq => {
+                e.file = m.to.0;
+                e.offset = m.to.1;
+                true
+            }
+            _ => false,
+        };
+        drop(st);
+        if !moved {
+            if let Some(s) = out_stats.get_mut(&m.to.0) {
+                s.dead += u64::from(m.len);
+            }
+        }
+    }
+    crash_here(inner, CrashPoint::AfterKeydirMove)?;
+
+    // 5. Retire inputs.
+    {
+        let mut set = inner.segments.write();
+        for id in &retired {
+            if let Some(seg) = set.sealed.remove(id) {
+                seg.mark_obsolete();
+            }
+        }
+    }
+    for id in &retired {
+        log.segstats.remove(id);
+    }
+    log.segstats.extend(out_stats);
+    drop(log);
+    inner
+        .merges
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(report)
+}
+
+enum Decision {
+    Copy,
+    Drop,
+    Marker,
+}

@@ -1,0 +1,345 @@
+//! [`Container`]: JSON items with `id`, partition key, `ttl`, `_ts` and `_etag`.
+//!
+//! An item is stored under the engine key `encode_prefix(pk) ++ id`, so the items of one
+//! partition are adjacent and `items_in_partition` is a prefix scan. The stored value is the
+//! item's JSON with `_ts` and `_etag` set by the write; the item's own `ttl` (if any) is both
+//! kept in the JSON (returned as stored) and given to the engine as the record's TTL. The
+//! inherited default is never written into the item.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::database::Database;
+use super::partition::{self, PartitionKey};
+use super::properties::ContainerProperties;
+use super::validate;
+use crate::engine::{Iter, Keyspace};
+use crate::error::{Error, Result};
+use crate::ttl::ItemTtl;
+
+/// Options of a conditional write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ItemOptions {
+    /// Write only if the live item's `_etag` equals this (else 412; 404 if there is no live
+    /// item).
+    pub if_match: Option<String>,
+}
+
+impl ItemOptions {
+    /// Sets `if_match`.
+    #[must_use]
+    pub fn if_match(mut self, etag: impl Into<String>) -> Self {
+        self.if_match = Some(etag.into());
+        self
+    }
+}
+
+/// A container of JSON items.
+///
+/// ```
+/// use ebbdb::{Database, ContainerProperties, DefaultTtl, ItemOptions};
+/// use serde_json::{json, Value};
+///
+/// let dir = tempfile::tempdir()?;
+/// let db = Database::open(dir.path())?;
+/// let c = db.create_container(ContainerProperties::new("carts", "/user").with_default_ttl(DefaultTtl::NeverExpire))?;
+/// let stored = c.create_item(&json!({"id": "1", "user": "ann", "items": 3, "ttl": 3600}))?;
+/// let etag = stored["_etag"].as_str().unwrap_or_default().to_string();
+/// c.replace_item_with("ann", "1", &json!({"id": "1", "user": "ann", "items": 4}), &ItemOptions::default().if_match(etag))?;
+/// let now: Value = c.read_item("ann", "1")?;
+/// assert_eq!(now["items"], 4);
+/// assert!(now.get("ttl").is_none());     // removing `ttl` makes the item inherit again
+/// assert_eq!(c.count()?, 1);
+/// # Ok::<(), ebbdb::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Container {
+    db: Database,
+    props: ContainerProperties,
+    ks: Keyspace,
+}
+
+/// An item prepared for writing.
+struct Prepared {
+    key: Vec<u8>,
+    bytes: Vec<u8>,
+    ttl: ItemTtl,
+    stored: Value,
+}
+
+impl Container {
+    pub(crate) fn new(db: Database, props: ContainerProperties, ks: Keyspace) -> Self {
+        Self { db, props, ks }
+    }
+
+    /// The container's id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.props.id
+    }
+
+    /// The container's current properties (the default TTL as in force now).
+    #[must_use]
+    pub fn properties(&self) -> ContainerProperties {
+        let mut p = self.props.clone();
+        p.default_ttl = self.ks.default_ttl();
+        p
+    }
+
+    /// The engine keyspace holding the items.
+    #[must_use]
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.ks
+    }
+
+    fn prepare(&self, item: &impl Serialize) -> Result<(Prepared, PartitionKey, String)> {
+        let value = serde_json::to_value(item)
+            .map_err(|e| Error::BadRequest(format!("item is not valid JSON: {e}")))?;
+        validate::item_object(&value)?;
+        let Value::Object(mut map) = value else {
+            return Err(Error::BadRequest("item must be a JSON object".into()));
+        };
+        let id = validate::validate_id(map.get("id"))?.to_string();
+        let ttl = validate::parse_item_ttl(map.get("ttl"))?;
+        let pk = partition::extract(&Value::Object(map.clone()), &self.props.partition_key_path)?;
+        validate::strip_system_properties(&mut map);
+        let now_ms = self.ks.store().now_unix_millis();
+        map.insert("_ts".into(), Value::from(now_ms / 1000));
+        map.insert("_etag".into(), Value::String(new_etag(now_ms)));
+        let stored = Value::Object(map);
+        let bytes = serde_json::to_vec(&stored).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let limit = self.db.max_item_size();
+        if bytes.len() > limit {
+            return Err(Error::TooLarge(format!(
+                "item '{id}' is {} bytes; the limit is {limit} bytes",
+                bytes.len()
+            )));
+        }
+        let key = partition::encode_key(&pk, &id);
+        Ok((
+            Prepared {
+                key,
+                bytes,
+                ttl,
+                stored,
+            },
+            pk,
+            id,
+        ))
+    }
+
+    /// Creates an item; 409 if an item with the same id is live in the same partition.
+    ///
+    /// # Errors
+    /// 400 for an invalid item, 409 on conflict, 413 when too large.
+    pub fn create_item(&self, item: &impl Serialize) -> Result<Value> {
+        let (p, _, id) = self.prepare(item)?;
+        self.ks
+            .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| match cur {
+                Some(_) => Err(Error::Conflict(format!("item '{id}' already exists"))),
+                None => Ok(()),
+            })?;
+        Ok(p.stored)
+    }
+
+    /// Creates or replaces an item.
+    ///
+    /// # Errors
+    /// 400 for an invalid item, 413 when too large.
+    pub fn upsert_item(&self, item: &impl Serialize) -> Result<Value> {
+        self.upsert_item_with(item, &ItemOptions::default())
+    }
+
+    /// Upsert with options: with `if_match`, the write happens only over a live item with that
+    /// etag (404 if none, 412 if it differs).
+    ///
+    /// # Errors
+    /// As [`Container::upsert_item`], plus 404/412 for `if_match`.
+    pub fn upsert_item_with(&self, item: &impl Serialize, opts: &ItemOptions) -> Result<Value> {
+        let (p, _, id) = self.prepare(item)?;
+        self.ks
+            .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| {
+                check_etag(&id, cur, opts, false)
+            })?;
+        Ok(p.stored)
+    }
+
+    /// Replaces a live item; 404 if it is missing or expired.
+    ///
+    /// # Errors
+    /// 400 when the body's id or partition key differ from the arguments, 404, 413.
+    pub fn replace_item(
+        &self,
+        pk: impl Into<PartitionKey>,
+        id: &str,
+        item: &impl Serialize,
+    ) -> Result<Value> {
+        self.replace_item_with(pk, id, item, &ItemOptions::default())
+    }
+
+    /// Replace with options (`if_match` → 412 on a different etag).
+    ///
+    /// # Errors
+    /// As [`Container::replace_item`], plus 412.
+    pub fn replace_item_with(
+        &self,
+        pk: impl Into<PartitionKey>,
+        id: &str,
+        item: &impl Serialize,
+        opts: &ItemOptions,
+    ) -> Result<Value> {
+        let pk = pk.into();
+        let (p, body_pk, body_id) = self.prepare(item)?;
+        if body_id != id {
+            return Err(Error::BadRequest(format!(
+                "the item's 'id' '{body_id}' differs from the id '{id}' being replaced"
+            )));
+        }
+        if body_pk != pk {
+            return Err(Error::BadRequest(format!(
+                "the item's partition key at '{}' differs from the partition key of the item being replaced",
+                self.props.partition_key_path
+            )));
+        }
+        self.ks
+            .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| {
+                check_etag(id, cur, opts, true)
+            })?;
+        Ok(p.stored)
+    }
+
+    /// Reads a live item; 404 if missing or expired.
+    ///
+    /// # Errors
+    /// 404; 400 if the stored JSON does not deserialize into `T`.
+    pub fn read_item<T: DeserializeOwned>(
+        &self,
+        pk: impl Into<PartitionKey>,
+        id: &str,
+    ) -> Result<T> {
+        let key = partition::encode_key(&pk.into(), id);
+        let bytes = self
+            .ks
+            .get(&key)?
+            .ok_or_else(|| Error::NotFound(format!("item '{id}'")))?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::BadRequest(format!("item '{id}' does not fit the requested type: {e}"))
+        })
+    }
+
+    /// Deletes a live item; 404 if missing or expired.
+    ///
+    /// # Errors
+    /// 404.
+    pub fn delete_item(&self, pk: impl Into<PartitionKey>, id: &str) -> Result<()> {
+        self.delete_item_with(pk, id, &ItemOptions::default())
+    }
+
+    /// Delete with options (`if_match` → 412 on a different etag).
+    ///
+    /// # Errors
+    /// 404, 412.
+    pub fn delete_item_with(
+        &self,
+        pk: impl Into<PartitionKey>,
+        id: &str,
+        opts: &ItemOptions,
+    ) -> Result<()> {
+        let key = partition::encode_key(&pk.into(), id);
+        self.ks
+            .write_checked(&key, None, |cur| check_etag(id, cur, opts, true))?;
+        Ok(())
+    }
+
+    /// Exact number of live items.
+    ///
+    /// # Errors
+    /// 404 if the container was deleted.
+    pub fn count(&self) -> Result<usize> {
+        self.ks.len()
+    }
+
+    /// Every live item, in partition then id order.
+    ///
+    /// # Errors
+    /// 404 if the container was deleted.
+    pub fn items(&self) -> Result<Items> {
+        self.check_exists()?;
+        Ok(Items {
+            inner: self.ks.iter(),
+        })
+    }
+
+    /// The live items of one partition (a prefix scan).
+    ///
+    /// # Errors
+    /// 404 if the container was deleted.
+    pub fn items_in_partition(&self, pk: impl Into<PartitionKey>) -> Result<Items> {
+        self.check_exists()?;
+        Ok(Items {
+            inner: self.ks.prefix(partition::encode_prefix(&pk.into())),
+        })
+    }
+
+    fn check_exists(&self) -> Result<()> {
+        self.ks.check_alive()
+    }
+}
+
+fn check_etag(id: &str, cur: Option<&[u8]>, opts: &ItemOptions, must_exist: bool) -> Result<()> {
+    let Some(cur) = cur else {
+        if must_exist || opts.if_match.is_some() {
+            return Err(Error::NotFound(format!("item '{id}'")));
+        }
+        return Ok(());
+    };
+    if let Some(want) = &opts.if_match {
+        let v: Map<String, Value> = serde_json::from_slice(cur).unwrap_or_default();
+        if v.get("_etag").and_then(Value::as_str) != Some(want.as_str()) {
+            return Err(Error::PreconditionFailed(format!(
+                "item '{id}' has changed (etag does not match)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A fresh etag: the write time plus a per-process random value and a counter, so two writes
+/// never share one.
+fn new_etag(now_ms: u64) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static SALT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let salt = *SALT.get_or_init(|| {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u64(now_ms);
+        h.finish()
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("\"{now_ms:012x}-{salt:016x}-{n:08x}\"")
+}
+
+/// Iterator over live items as JSON values.
+#[derive(Debug)]
+pub struct Items {
+    inner: Iter,
+}
+
+impl Iterator for Items {
+    type Item = Result<Value>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (_, bytes) = match self.inner.next()? {
+            Ok(kv) => kv,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(
+            serde_json::from_slice(&bytes)
+                .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}"))),
+        )
+    }
+}

@@ -1,0 +1,234 @@
+//! [`Database`]: containers over one [`Store`].
+//!
+//! Each container is an engine keyspace named `c:{id}`, whose default TTL (and its history) is
+//! the container's `defaultTtl`. The rest of the container's properties (partition key path,
+//! indexing mode) live as JSON in the system keyspace `__containers`. The keyspace is the
+//! source of truth for TTL; the system entry says the container exists.
+//!
+//! Crash windows: create writes the keyspace first, then the system entry; delete removes the
+//! system entry first, then the keyspace. A crash in between leaves a keyspace without a system
+//! entry, which is not a container, and the next create of that id deletes it first.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::container::Container;
+use super::properties::ContainerProperties;
+use crate::engine::{Keyspace, Store};
+use crate::error::{Error, Result};
+use crate::options::Options;
+use crate::stats::{CompactionReport, Stats};
+use crate::ttl::DefaultTtl;
+
+const SYSTEM_KEYSPACE: &str = "__containers";
+
+pub(crate) fn keyspace_name(id: &str) -> String {
+    format!("c:{id}")
+}
+
+/// A database of containers holding JSON items, with Cosmos DB TTL semantics.
+///
+/// ```
+/// use ebbdb::{Database, Options, ContainerProperties, DefaultTtl};
+/// use ebbdb::clock::ManualClock;
+/// use serde_json::json;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir()?;
+/// let clock = ManualClock::at_unix_secs(1_700_000_000);
+/// let db = Database::open_with(dir.path(), Options::default().clock(clock.clone()))?;
+/// let orders = db.create_container(
+///     ContainerProperties::new("orders", "/customerId").with_default_ttl(DefaultTtl::Seconds(90 * 86_400)))?;
+/// orders.create_item(&json!({"id": "SO05", "customerId": "C1", "ttl": 30}))?;
+/// clock.advance(Duration::from_secs(30));
+/// assert_eq!(orders.read_item::<serde_json::Value>("C1", "SO05").unwrap_err().status_code(), 404);
+/// # Ok::<(), ebbdb::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Database {
+    store: Store,
+    system: Keyspace,
+    max_item_size: usize,
+}
+
+impl Database {
+    /// Opens (creating if needed) the database in `dir` with default options.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(dir, Options::default())
+    }
+
+    /// Opens (creating if needed) the database in `dir`.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Self> {
+        let max_item_size = opts.max_item_size;
+        let store = Store::open_with(dir, opts)?;
+        let system = store.keyspace_or_create(SYSTEM_KEYSPACE, DefaultTtl::Off)?;
+        Ok(Self {
+            store,
+            system,
+            max_item_size,
+        })
+    }
+
+    /// The engine underneath.
+    #[must_use]
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Creates a container.
+    ///
+    /// # Errors
+    /// 400 for invalid properties (SPEC §3 messages), 409 if it exists, I/O errors.
+    pub fn create_container(&self, props: ContainerProperties) -> Result<Container> {
+        props.validate()?;
+        if self.system.contains_key(props.id.as_bytes())? {
+            return Err(Error::Conflict(format!(
+                "container '{}' already exists",
+                props.id
+            )));
+        }
+        let name = keyspace_name(&props.id);
+        // A keyspace without a system entry is left over from an interrupted create or delete.
+        match self.store.delete_keyspace(&name) {
+            Ok(()) | Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let ks = self.store.create_keyspace(&name, props.default_ttl)?;
+        self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+        Ok(Container::new(self.clone(), props, ks))
+    }
+
+    /// Opens an existing container.
+    ///
+    /// # Errors
+    /// 404 if there is none.
+    pub fn container(&self, id: &str) -> Result<Container> {
+        let mut props = self.properties(id)?;
+        let ks = self.container_keyspace(&props)?;
+        props.default_ttl = ks.default_ttl();
+        Ok(Container::new(self.clone(), props, ks))
+    }
+
+    fn properties(&self, id: &str) -> Result<ContainerProperties> {
+        let bytes = self
+            .system
+            .get(id.as_bytes())?
+            .ok_or_else(|| Error::NotFound(format!("container '{id}'")))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::corruption(
+                self.store.path(),
+                0,
+                format!("container properties of '{id}': {e}"),
+            )
+        })?;
+        ContainerProperties::from_json_value(&v)
+    }
+
+    fn container_keyspace(&self, props: &ContainerProperties) -> Result<Keyspace> {
+        self.store
+            .keyspace(&keyspace_name(&props.id))
+            .map_err(|_| Error::NotFound(format!("container '{}'", props.id)))
+    }
+
+    /// Replaces a container's properties: `defaultTtl` (from this moment on, SPEC §2 rule 6)
+    /// and indexing mode. The partition key path cannot change.
+    ///
+    /// # Errors
+    /// 400 for invalid properties or a changed partition key path, 404 if it does not exist.
+    pub fn replace_container(&self, props: ContainerProperties) -> Result<Container> {
+        props.validate()?;
+        let old = self.properties(&props.id)?;
+        if old.partition_key_path != props.partition_key_path {
+            return Err(Error::BadRequest(format!(
+                "the partition key path of container '{}' cannot change (from '{}' to '{}')",
+                props.id, old.partition_key_path, props.partition_key_path
+            )));
+        }
+        let ks = self.container_keyspace(&props)?;
+        if ks.default_ttl() != props.default_ttl {
+            ks.set_default_ttl(props.default_ttl)?;
+        }
+        self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+        Ok(Container::new(self.clone(), props, ks))
+    }
+
+    /// Deletes a container; its items become garbage for compaction.
+    ///
+    /// # Errors
+    /// 404 if it does not exist.
+    pub fn delete_container(&self, id: &str) -> Result<()> {
+        if !self.system.delete(id.as_bytes())? {
+            return Err(Error::NotFound(format!("container '{id}'")));
+        }
+        match self.store.delete_keyspace(&keyspace_name(id)) {
+            Ok(()) | Err(Error::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Properties of every container, sorted by id.
+    ///
+    /// # Errors
+    /// I/O or corruption errors reading the catalogue.
+    pub fn containers(&self) -> Result<Vec<ContainerProperties>> {
+        let mut out = Vec::new();
+        for entry in self.system.iter() {
+            let (id, _) = entry?;
+            let id = String::from_utf8_lossy(&id).into_owned();
+            let mut props = self.properties(&id)?;
+            if let Ok(ks) = self.container_keyspace(&props) {
+                props.default_ttl = ks.default_ttl();
+            }
+            out.push(props);
+        }
+        Ok(out)
+    }
+
+    /// Runs the compaction policy now. See [`Store::compact`].
+    ///
+    /// # Errors
+    /// As [`Store::compact`].
+    pub fn compact(&self) -> Result<CompactionReport> {
+        self.store.compact()
+    }
+
+    /// Merges every segment now. See [`Store::compact_full`].
+    ///
+    /// # Errors
+    /// As [`Store::compact_full`].
+    pub fn compact_full(&self) -> Result<CompactionReport> {
+        self.store.compact_full()
+    }
+
+    /// Statistics of the underlying store.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.store.stats()
+    }
+
+    /// Runs expiry now. See [`Store::maintain`].
+    ///
+    /// # Errors
+    /// As [`Store::maintain`].
+    pub fn maintain(&self) -> Result<usize> {
+        self.store.maintain()
+    }
+
+    pub(crate) fn max_item_size(&self) -> usize {
+        self.max_item_size
+    }
+}
+
+/// The system entry: the properties without `defaultTtl` (the keyspace holds it).
+fn stored_json(props: &ContainerProperties) -> Result<Vec<u8>> {
+    let mut p = props.clone();
+    p.default_ttl = DefaultTtl::Off;
+    serde_json::to_vec(&p.to_json_value()).map_err(|e| Error::BadRequest(e.to_string()))
+}

@@ -1,0 +1,447 @@
+//! [`Keyspace`]: the public byte-map API, [`WriteBatch`] and scans.
+
+use std::collections::VecDeque;
+use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::read::SegRef;
+use super::write::Op;
+use super::{Inner, Store};
+use crate::error::{Error, Result};
+use crate::keydir::{Entry, KeyspaceCore};
+use crate::ttl::{self, DefaultTtl, ItemTtl, Ttl};
+
+/// How long a live key has left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// The key does not expire under the current settings.
+    Never,
+    /// The key expires at this Unix second, which is `remaining` from now.
+    At {
+        /// Unix second at which the key is expired.
+        unix_secs: u64,
+        /// Time left, measured from the engine's `now`.
+        remaining: Duration,
+    },
+}
+
+/// A named map from byte keys to byte values with TTL rules (SPEC §2).
+///
+/// Cheap to clone. Reads evaluate expiry against one `now` per call, so an expired key is
+/// invisible to `get`, scans and `len` the instant it expires.
+#[derive(Clone, Debug)]
+pub struct Keyspace {
+    store: Store,
+    core: Arc<KeyspaceCore>,
+}
+
+impl Keyspace {
+    pub(crate) fn new(store: Store, core: Arc<KeyspaceCore>) -> Self {
+        Self { store, core }
+    }
+
+    fn inner(&self) -> &Inner {
+        &self.store.inner
+    }
+
+    pub(crate) fn core(&self) -> &Arc<KeyspaceCore> {
+        &self.core
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        if self.core.dropped.load(Ordering::Acquire) {
+            return Err(Error::NotFound(format!("keyspace '{}'", self.core.name)));
+        }
+        Ok(())
+    }
+
+    /// The keyspace's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Stores `value` under `key`, inheriting the keyspace's default TTL.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for a key over 64 KiB, [`Error::TooLarge`] for a value over
+    /// 64 MiB, [`Error::Poisoned`] after a failed fsync, I/O errors.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.write_one(
+            key.as_ref(),
+            Some((value.as_ref().to_vec(), ItemTtl::Inherit)),
+        )
+        .map(|_| ())
+    }
+
+    /// Stores `value` under `key` with its own TTL.
+    ///
+    /// # Errors
+    /// As [`Keyspace::put`], and [`Error::BadRequest`] for `Ttl::Seconds(0)` or above
+    /// 2147483647.
+    pub fn put_with_ttl(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        ttl: Ttl,
+    ) -> Result<()> {
+        self.write_one(
+            key.as_ref(),
+            Some((value.as_ref().to_vec(), Some(ttl).into())),
+        )
+        .map(|_| ())
+    }
+
+    /// Deletes `key`, returning whether it was live. Deleting a missing or expired key
+    /// writes nothing.
+    ///
+    /// # Errors
+    /// As [`Keyspace::put`].
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        self.write_one(key.as_ref(), None)
+    }
+
+    fn write_one(&self, key: &[u8], put: Option<(Vec<u8>, ItemTtl)>) -> Result<bool> {
+        let op = Op {
+            ks: Arc::clone(&self.core),
+            key: key.to_vec(),
+            put,
+        };
+        let existed = self.inner().apply(std::slice::from_ref(&op), false)?;
+        Ok(existed.first().copied().unwrap_or(false))
+    }
+
+    /// Compare-and-write for the document layer: `check` sees the live value (if any) under
+    /// the write lock and may refuse the write.
+    pub(crate) fn write_checked(
+        &self,
+        key: &[u8],
+        put: Option<(Vec<u8>, ItemTtl)>,
+        check: impl FnOnce(Option<&[u8]>) -> Result<()>,
+    ) -> Result<bool> {
+        let op = Op {
+            ks: Arc::clone(&self.core),
+            key: key.to_vec(),
+            put,
+        };
+        let existed = self
+            .inner()
+            .apply_checked(std::slice::from_ref(&op), false, check)?;
+        Ok(existed.first().copied().unwrap_or(false))
+    }
+
+    /// The value of `key`, or `None` if it is missing, deleted or expired.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] if the record fails its checksum; I/O errors.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.check_alive()?;
+        let key = key.as_ref();
+        let now = self.inner().now_s();
+        let found = {
+            let st = self.core.state.read();
+            self.inner().lookup(&st, key, now)
+        };
+        match found {
+            Some((e, seg)) => self.inner().read_value(&seg, &e, key).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// True if `key` is live.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if the keyspace was deleted.
+    pub fn contains_key(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        self.check_alive()?;
+        let now = self.inner().now_s();
+        Ok(self.core.state.read().live(key.as_ref(), now).is_some())
+    }
+
+    /// How long `key` has left, or `None` if it is not live.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if the keyspace was deleted.
+    pub fn remaining_ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Expiry>> {
+        self.check_alive()?;
+        let now_ms = self.inner().now_ms();
+        let now = now_ms / 1000;
+        let st = self.core.state.read();
+        let Some(e) = st.live(key.as_ref(), now) else {
+            return Ok(None);
+        };
+        let at = st.expires_at(e);
+        if at == ttl::NEVER {
+            return Ok(Some(Expiry::Never));
+        }
+        let remaining_ms = at.saturating_mul(1000).saturating_sub(now_ms);
+        Ok(Some(Expiry::At {
+            unix_secs: at,
+            remaining: Duration::from_millis(remaining_ms),
+        }))
+    }
+
+    /// Changes the default TTL from this moment on (SPEC §2 rule 6). Items that already
+    /// expired stay expired (rule 7).
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] for `Seconds(0)` or above 2147483647; I/O errors writing the
+    /// manifest.
+    pub fn set_default_ttl(&self, default: DefaultTtl) -> Result<()> {
+        self.inner().set_default_ttl(&self.core, default)
+    }
+
+    /// The current default TTL.
+    #[must_use]
+    pub fn default_ttl(&self) -> DefaultTtl {
+        self.core.state.read().default_ttl()
+    }
+
+    /// Exact number of live keys.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if the keyspace was deleted.
+    pub fn len(&self) -> Result<usize> {
+        self.check_alive()?;
+        let now = self.inner().now_s();
+        let st = self.core.state.read();
+        Ok(st.map.values().filter(|e| st.is_live(e, now)).count())
+    }
+
+    /// True if no key is live.
+    ///
+    /// # Errors
+    /// As [`Keyspace::len`].
+    pub fn is_empty(&self) -> Result<bool> {
+        self.check_alive()?;
+        let now = self.inner().now_s();
+        let st = self.core.state.read();
+        Ok(!st.map.values().any(|e| st.is_live(e, now)))
+    }
+
+    /// Live keys in `range`, in key order.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        let own = |b: Bound<&K>| match b {
+            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Iter::new(
+            self.clone(),
+            own(range.start_bound()),
+            own(range.end_bound()),
+            None,
+        )
+    }
+
+    /// Live keys starting with `prefix`, in key order.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
+        let p = prefix.as_ref().to_vec();
+        Iter::new(
+            self.clone(),
+            Bound::Included(p.clone()),
+            Bound::Unbounded,
+            Some(p),
+        )
+    }
+
+    /// Every live key, in key order.
+    pub fn iter(&self) -> Iter {
+        Iter::new(self.clone(), Bound::Unbounded, Bound::Unbounded, None)
+    }
+}
+
+/// An iterator over live `(key, value)` pairs in key order.
+///
+/// Expiry is evaluated against the `now` taken when the iterator was created, so one scan never
+/// mixes two "nows". The scan walks the key directory in chunks and is not a snapshot: writes
+/// that land after creation may or may not be seen, but every key returned was live at the
+/// scan's `now` and its value is the newest at the moment its chunk was read.
+#[derive(Debug)]
+pub struct Iter {
+    ks: Keyspace,
+    now: u64,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+    prefix: Option<Vec<u8>>,
+    buf: VecDeque<(Vec<u8>, Entry, SegRef)>,
+    done: bool,
+}
+
+const CHUNK: usize = 256;
+
+impl Iter {
+    fn new(
+        ks: Keyspace,
+        lower: Bound<Vec<u8>>,
+        upper: Bound<Vec<u8>>,
+        prefix: Option<Vec<u8>>,
+    ) -> Self {
+        let now = ks.inner().now_s();
+        let done = ks.check_alive().is_err();
+        Self {
+            ks,
+            now,
+            lower,
+            upper,
+            prefix,
+            buf: VecDeque::new(),
+            done,
+        }
+    }
+
+    fn refill(&mut self) {
+        let st = self.ks.core.state.read();
+        let bounds = (
+            self.lower.as_ref().map(Vec::as_slice),
+            self.upper.as_ref().map(Vec::as_slice),
+        );
+        let mut last = None;
+        let mut taken = 0;
+        for (k, e) in st.map.range::<[u8], _>(bounds) {
+            if let Some(p) = &self.prefix {
+                if !k.starts_with(p) {
+                    self.done = true;
+                    break;
+                }
+            }
+            last = Some(k);
+            taken += 1;
+            if st.is_live(e, self.now) {
+                if let Some(seg) = self.ks.inner().locate(e) {
+                    self.buf.push_back((k.to_vec(), *e, seg));
+                }
+            }
+            if taken >= CHUNK {
+                break;
+            }
+        }
+        match last {
+            Some(k) if taken >= CHUNK => self.lower = Bound::Excluded(k.to_vec()),
+            _ => self.done = true,
+        }
+    }
+}
+
+impl Iterator for Iter {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((k, e, seg)) = self.buf.pop_front() {
+                return Some(self.ks.inner().read_value(&seg, &e, &k).map(|v| (k, v)));
+            }
+            if self.done {
+                return None;
+            }
+            self.refill();
+        }
+    }
+}
+
+/// Writes applied together: after a crash, all of them or none.
+///
+/// ```
+/// use ebbdb::{Store, DefaultTtl, WriteBatch, Ttl};
+/// let dir = tempfile::tempdir()?;
+/// let store = Store::open(dir.path())?;
+/// let ks = store.create_keyspace("k", DefaultTtl::Off)?;
+/// let mut batch = WriteBatch::new();
+/// batch.put(&ks, b"a", b"1");
+/// batch.put_with_ttl(&ks, b"b", b"2", Ttl::Seconds(30));
+/// batch.delete(&ks, b"c");
+/// store.write_batch(batch)?;
+/// assert_eq!(ks.get(b"a")?, Some(b"1".to_vec()));
+/// # Ok::<(), ebbdb::Error>(())
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct WriteBatch {
+    ops: Vec<(Store, Op)>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a put inheriting the default TTL.
+    pub fn put(
+        &mut self,
+        ks: &Keyspace,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> &mut Self {
+        self.push(
+            ks,
+            key.as_ref(),
+            Some((value.as_ref().to_vec(), ItemTtl::Inherit)),
+        )
+    }
+
+    /// Adds a put with its own TTL.
+    pub fn put_with_ttl(
+        &mut self,
+        ks: &Keyspace,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        ttl: Ttl,
+    ) -> &mut Self {
+        self.push(
+            ks,
+            key.as_ref(),
+            Some((value.as_ref().to_vec(), Some(ttl).into())),
+        )
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, ks: &Keyspace, key: impl AsRef<[u8]>) -> &mut Self {
+        self.push(ks, key.as_ref(), None)
+    }
+
+    fn push(&mut self, ks: &Keyspace, key: &[u8], put: Option<(Vec<u8>, ItemTtl)>) -> &mut Self {
+        self.ops.push((
+            ks.store().clone(),
+            Op {
+                ks: Arc::clone(ks.core()),
+                key: key.to_vec(),
+                put,
+            },
+        ));
+        self
+    }
+
+    /// Number of writes in the batch.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True if the batch holds no writes.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+impl Inner {
+    pub(crate) fn write_batch(self: &Arc<Self>, batch: WriteBatch) -> Result<()> {
+        let mut ops = Vec::with_capacity(batch.ops.len());
+        for (store, op) in batch.ops {
+            if !Arc::ptr_eq(&store.inner, self) {
+                return Err(Error::BadRequest(
+                    "a WriteBatch may only hold keyspaces of the store it is written to".into(),
+                ));
+            }
+            ops.push(op);
+        }
+        self.apply(&ops, true).map(|_| ())
+    }
+}

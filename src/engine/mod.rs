@@ -1,0 +1,462 @@
+//! The storage engine: [`Store`] (a database directory) and [`Keyspace`] (a named byte map).
+//!
+//! Lock order, everywhere: `log` → a keyspace's `state` → `segments`. The wheel, the sync state
+//! and the subscriber list are leaf locks, never held while taking another. Readers take only a
+//! keyspace's `state` (read) and `segments` (read), so they never wait for an fsync.
+
+mod clockfile;
+mod keyspace;
+mod read;
+mod recovery;
+mod write;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
+
+use crate::error::{Error, Result};
+use crate::expiry::wheel::TimerWheel;
+use crate::expiry::worker::{self, Message, WorkerHandle};
+use crate::expiry::{ExpiryEvent, Timer};
+use crate::keydir::KeyspaceCore;
+use crate::log::active::{ActiveFile, ActiveWriter};
+use crate::log::lock::DirLock;
+use crate::log::manifest::Manifest;
+use crate::log::segment::Segment;
+use crate::options::{Options, SyncPolicy};
+use crate::stats::SegStats;
+use crate::ttl::DefaultTtl;
+use clockfile::{ClockFile, ClockState};
+
+/// An open database directory: the byte key-value engine.
+///
+/// Cheap to clone; all clones share one open directory. The background worker stops and the
+/// log is flushed and fsynced when the last clone (and every [`Keyspace`] handle) is dropped.
+///
+/// ```
+/// use ebbdb::{Store, DefaultTtl, Options, Ttl};
+/// use ebbdb::clock::ManualClock;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir()?;
+/// let clock = ManualClock::at_unix_secs(1_700_000_000);
+/// let store = Store::open_with(dir.path(), Options::default().clock(clock.clone()))?;
+/// let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(60))?;
+/// sessions.put(b"alice", b"token")?;
+/// sessions.put_with_ttl(b"bob", b"token", Ttl::Seconds(5))?;
+/// clock.advance(Duration::from_secs(5));
+/// assert_eq!(sessions.get(b"bob")?, None);          // expired the instant its TTL ran out
+/// assert_eq!(sessions.len()?, 1);
+/// # Ok::<(), ebbdb::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+    _guard: Arc<Guard>,
+}
+
+/// Stops the worker and flushes when the last user-facing handle goes away.
+#[derive(Debug)]
+struct Guard {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.inner.close();
+    }
+}
+
+/// Shared state of an open store.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) opts: Options,
+    _lock: DirLock,
+    pub(crate) log: Mutex<LogState>,
+    pub(crate) segments: RwLock<SegmentSet>,
+    pub(crate) catalog: RwLock<Catalog>,
+    sync: Mutex<SyncState>,
+    sync_cv: Condvar,
+    pub(crate) poisoned: AtomicBool,
+    closed: AtomicBool,
+    hw_ms: AtomicU64,
+    persisted_s: AtomicU64,
+    clockfile: Mutex<(ClockFile, ClockState)>,
+    pub(crate) expiry: Mutex<ExpiryState>,
+    pub(crate) subscribers: Mutex<Vec<Sender<ExpiryEvent>>>,
+    pub(crate) expirations: AtomicU64,
+    pub(crate) merges: AtomicU64,
+    pub(crate) merge_lock: Mutex<()>,
+    worker: Mutex<Option<WorkerHandle>>,
+    pub(crate) worker_error: Mutex<Option<String>>,
+    pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
+}
+
+/// Everything guarded by the log mutex.
+#[derive(Debug)]
+pub(crate) struct LogState {
+    pub(crate) active: ActiveWriter,
+    pub(crate) next_seq: u64,
+    pub(crate) manifest: Manifest,
+    pub(crate) segstats: HashMap<u32, SegStats>,
+    /// Total bytes ever appended in this process: a position for group commit.
+    pub(crate) appended: u64,
+}
+
+/// The published segments.
+#[derive(Debug)]
+pub(crate) struct SegmentSet {
+    pub(crate) sealed: BTreeMap<u32, Arc<Segment>>,
+    pub(crate) active: Arc<ActiveFile>,
+}
+
+/// Keyspaces by name and by id.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    pub(crate) by_name: HashMap<String, Arc<KeyspaceCore>>,
+    pub(crate) by_id: HashMap<u32, Arc<KeyspaceCore>>,
+}
+
+#[derive(Debug, Default)]
+struct SyncState {
+    synced: u64,
+    in_progress: bool,
+}
+
+/// The timer wheel and how far expiry has been processed.
+#[derive(Debug)]
+pub(crate) struct ExpiryState {
+    pub(crate) wheel: TimerWheel<Timer>,
+    pub(crate) reaped_upto: u64,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database in `dir` with default options.
+    ///
+    /// # Errors
+    /// [`Error::Locked`] if another handle has it open, [`Error::Corruption`] for damaged
+    /// files, [`Error::Io`] for OS errors.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(dir, Options::default())
+    }
+
+    /// Opens (creating if needed) the database in `dir`.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Self> {
+        let inner = Arc::new(recovery::open(dir.as_ref(), opts)?);
+        let handle = worker::spawn(Arc::clone(&inner))?;
+        *inner.worker.lock() = Some(handle);
+        Ok(Self {
+            _guard: Arc::new(Guard {
+                inner: Arc::clone(&inner),
+            }),
+            inner,
+        })
+    }
+
+    /// The directory this store lives in.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Creates keyspace `name` with default TTL `default`.
+    ///
+    /// # Errors
+    /// [`Error::Conflict`] if it exists; [`Error::BadRequest`] for an empty name or invalid
+    /// TTL; I/O errors writing the manifest.
+    pub fn create_keyspace(&self, name: &str, default: DefaultTtl) -> Result<Keyspace> {
+        let core = self.inner.create_keyspace(name, default)?;
+        Ok(Keyspace::new(self.clone(), core))
+    }
+
+    /// Opens existing keyspace `name`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if there is none.
+    pub fn keyspace(&self, name: &str) -> Result<Keyspace> {
+        let core = self
+            .inner
+            .catalog
+            .read()
+            .by_name
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("keyspace '{name}'")))?;
+        Ok(Keyspace::new(self.clone(), core))
+    }
+
+    /// Opens keyspace `name`, creating it with `default` if it does not exist.
+    ///
+    /// # Errors
+    /// As [`Store::create_keyspace`].
+    pub fn keyspace_or_create(&self, name: &str, default: DefaultTtl) -> Result<Keyspace> {
+        match self.keyspace(name) {
+            Ok(ks) => Ok(ks),
+            Err(Error::NotFound(_)) => match self.create_keyspace(name, default) {
+                Err(Error::Conflict(_)) => self.keyspace(name),
+                other => other,
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes keyspace `name`; its records become garbage for compaction.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if there is none; I/O errors writing the manifest.
+    pub fn delete_keyspace(&self, name: &str) -> Result<()> {
+        self.inner.delete_keyspace(name)
+    }
+
+    /// Names of all keyspaces, sorted.
+    #[must_use]
+    pub fn keyspaces(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.inner.catalog.read().by_name.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Applies a [`WriteBatch`] atomically: after a crash, all of it or none of it.
+    ///
+    /// # Errors
+    /// As [`Keyspace::put`].
+    pub fn write_batch(&self, batch: WriteBatch) -> Result<()> {
+        self.inner.write_batch(batch)
+    }
+
+    /// Makes every acknowledged write durable now (flush + fsync).
+    ///
+    /// # Errors
+    /// [`Error::Poisoned`] after an earlier failure; the fsync's error otherwise.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.sync_all()
+    }
+
+    /// Runs expiry now: fires every due timer, frees expired entries, publishes events.
+    /// With a [`SystemClock`](crate::clock::SystemClock) the worker does this on its own.
+    ///
+    /// # Errors
+    /// I/O errors writing the clock file.
+    pub fn maintain(&self) -> Result<usize> {
+        self.inner.check_worker()?;
+        self.inner.reap()
+    }
+
+    /// Runs the compaction policy now (expiry first): merges the segments it selects.
+    ///
+    /// # Errors
+    /// I/O errors; a failed merge leaves the published state untouched.
+    pub fn compact(&self) -> Result<crate::stats::CompactionReport> {
+        self.inner.check_worker()?;
+        self.inner.reap()?;
+        crate::compaction::run(&self.inner, false)
+    }
+
+    /// Merges every sealed segment now (and seals the active one first).
+    ///
+    /// # Errors
+    /// As [`Store::compact`].
+    pub fn compact_full(&self) -> Result<crate::stats::CompactionReport> {
+        self.inner.check_worker()?;
+        self.inner.reap()?;
+        self.inner.rotate_if_nonempty()?;
+        crate::compaction::run(&self.inner, true)
+    }
+
+    /// A snapshot of the store's statistics.
+    #[must_use]
+    pub fn stats(&self) -> crate::stats::Stats {
+        crate::stats::collect(&self.inner)
+    }
+
+    /// A channel receiving an [`ExpiryEvent`] for every item that expires from now on, once
+    /// per item version. Items that expired while the store was closed are reported by the
+    /// first expiry pass after open ([`Store::maintain`], or the worker's first tick).
+    #[must_use]
+    pub fn subscribe_expirations(&self) -> crossbeam_channel::Receiver<ExpiryEvent> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        self.inner.subscribers.lock().push(tx);
+        rx
+    }
+
+    /// The engine's current time in Unix milliseconds: the clock, but never earlier than any
+    /// time the store has already used (also across restarts).
+    #[must_use]
+    pub fn now_unix_millis(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    /// Sends the worker a message asking it to run the compaction policy soon.
+    pub fn request_compaction(&self) {
+        self.inner.send(Message::Compact);
+    }
+
+    /// Test hook: make the next merge stop at `at` as if the process died there (the store is
+    /// poisoned; reopen it to check what survives).
+    #[doc(hidden)]
+    pub fn set_merge_crash_point(&self, at: Option<crate::compaction::merge::CrashPoint>) {
+        *self.inner.merge_crash_at.lock() = at;
+    }
+}
+
+impl Inner {
+    pub(crate) fn now_ms(&self) -> u64 {
+        let clock = self.opts.clock.now_unix_millis();
+        let prev = self.hw_ms.fetch_max(clock, Ordering::AcqRel);
+        let now = prev.max(clock);
+        let secs = now / 1000;
+        if secs > self.persisted_s.load(Ordering::Acquire) {
+            self.persist_clock(secs, None);
+        }
+        now
+    }
+
+    pub(crate) fn now_s(&self) -> u64 {
+        self.now_ms() / 1000
+    }
+
+    /// Records the high-water second (and optionally reaped-up-to) in `CLOCK`, without fsync.
+    fn persist_clock(&self, secs: u64, reaped_upto: Option<u64>) {
+        let Some(mut guard) = self.clockfile.try_lock() else {
+            return;
+        };
+        let (file, state) = &mut *guard;
+        state.high_water = state.high_water.max(secs);
+        if let Some(r) = reaped_upto {
+            state.reaped_upto = state.reaped_upto.max(r);
+        }
+        if file.write(*state).is_ok() {
+            self.persisted_s
+                .fetch_max(state.high_water, Ordering::AcqRel);
+        }
+    }
+
+    pub(crate) fn record_reaped_upto(&self, upto: u64) {
+        let mut guard = self.clockfile.lock();
+        let (file, state) = &mut *guard;
+        state.reaped_upto = state.reaped_upto.max(upto);
+        state.high_water = state
+            .high_water
+            .max(self.hw_ms.load(Ordering::Acquire) / 1000);
+        let _ = file.write(*state);
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn check_worker(&self) -> Result<()> {
+        match &*self.worker_error.lock() {
+            Some(msg) => Err(Error::Worker(msg.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn send(&self, msg: Message) {
+        if let Some(w) = &*self.worker.lock() {
+            w.try_send(msg);
+        }
+    }
+
+    /// Waits until every byte appended up to `pos` is fsynced, sharing fsyncs between
+    /// concurrent writers (group commit).
+    pub(crate) fn sync_to(&self, pos: u64) -> Result<()> {
+        let mut s = self.sync.lock();
+        loop {
+            if self.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned);
+            }
+            if s.synced >= pos {
+                return Ok(());
+            }
+            if s.in_progress {
+                self.sync_cv.wait(&mut s);
+                continue;
+            }
+            s.in_progress = true;
+            drop(s);
+            let result = self.flush_and_fsync();
+            s = self.sync.lock();
+            s.in_progress = false;
+            match result {
+                Ok(upto) => s.synced = s.synced.max(upto),
+                Err(_) => self.poison(),
+            }
+            self.sync_cv.notify_all();
+        }
+    }
+
+    /// Flushes the active buffer and fsyncs the active file; returns the position covered.
+    fn flush_and_fsync(&self) -> Result<u64> {
+        let (upto, file) = {
+            let mut log = self.log.lock();
+            if let Err(e) = log.active.flush() {
+                self.poison();
+                return Err(e.into());
+            }
+            (log.appended, Arc::clone(&log.active.shared))
+        };
+        file.file.sync_data().inspect_err(|_| self.poison())?;
+        Ok(upto)
+    }
+
+    pub(crate) fn sync_all(&self) -> Result<()> {
+        self.check_writable()?;
+        let pos = self.log.lock().appended;
+        self.sync_to(pos)?;
+        let guard = self.clockfile.lock();
+        guard.0.sync()?;
+        Ok(())
+    }
+
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(w) = self.worker.lock().take() {
+            w.shutdown();
+        }
+        if !self.poisoned.load(Ordering::Acquire) {
+            let pos = self.log.lock().appended;
+            let _ = self.sync_to(pos);
+            let guard = self.clockfile.lock();
+            let _ = guard.0.sync();
+        }
+    }
+
+    pub(crate) fn keyspace_by_id(&self, id: u32) -> Option<Arc<KeyspaceCore>> {
+        self.catalog.read().by_id.get(&id).cloned()
+    }
+
+    /// Periodic durability for `SyncPolicy::Periodic`.
+    pub(crate) fn periodic_sync(&self) -> Result<()> {
+        if matches!(self.opts.sync, SyncPolicy::Periodic(_))
+            && !self.poisoned.load(Ordering::Acquire)
+        {
+            let pos = self.log.lock().appended;
+            self.sync_to(pos)?;
+            self.clockfile.lock().0.sync()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! The read path: from a key-directory entry to the value bytes.
+//!
+//! A reader finds the entry and the segment holding it under the keyspace's read lock (so a
+//! concurrent merge cannot retire the segment between the two), then copies the record out
+//! without any lock for sealed segments (mapping) or the flushed part of the active segment
+//! (`pread`); only a record still in the active buffer is copied under the log mutex. Every
+//! record read is checked: CRC, and that it is the key that was asked for.
+
+use std::sync::Arc;
+
+use super::{Inner, LogState};
+use crate::error::{Error, Result};
+use crate::format::record::{self, Kind};
+use crate::keydir::{Entry, KeyspaceState};
+use crate::log::active::ActiveFile;
+use crate::log::segment::Segment;
+
+/// Where an entry's bytes live.
+#[derive(Debug, Clone)]
+pub(crate) enum SegRef {
+    Sealed(Arc<Segment>),
+    Active(Arc<ActiveFile>),
+}
+
+impl Inner {
+    /// The segment holding `e`. Call while holding the keyspace's read lock.
+    pub(crate) fn locate(&self, e: &Entry) -> Option<SegRef> {
+        let set = self.segments.read();
+        if set.active.id == e.file {
+            return Some(SegRef::Active(Arc::clone(&set.active)));
+        }
+        set.sealed.get(&e.file).cloned().map(SegRef::Sealed)
+    }
+
+    /// The live entry for `key` at `now` and where it lives.
+    pub(crate) fn lookup(
+        &self,
+        st: &KeyspaceState,
+        key: &[u8],
+        now: u64,
+    ) -> Option<(Entry, SegRef)> {
+        let e = *st.live(key, now)?;
+        let seg = self.locate(&e)?;
+        Some((e, seg))
+    }
+
+    /// Copies out the value of the record `e` for `key`.
+    pub(crate) fn read_value(&self, seg: &SegRef, e: &Entry, key: &[u8]) -> Result<Vec<u8>> {
+        match seg {
+            SegRef::Sealed(s) => {
+                let bytes = s.read(e.offset, e.len).ok_or_else(|| {
+                    Error::corruption(
+                        s.path(),
+                        u64::from(e.offset),
+                        "record beyond end of segment",
+                    )
+                })?;
+                decode_value(bytes, e, key, s.path())
+            }
+            SegRef::Active(a) => {
+                if let Some(bytes) = a.read_flushed(e.offset, e.len)? {
+                    return decode_value(&bytes, e, key, &self.seg_path(e.file));
+                }
+                let log = self.log.lock();
+                self.read_value_locked(&log, seg, e, key)
+            }
+        }
+    }
+
+    /// As [`Inner::read_value`], for a caller that already holds the log mutex.
+    pub(crate) fn read_value_locked(
+        &self,
+        log: &LogState,
+        seg: &SegRef,
+        e: &Entry,
+        key: &[u8],
+    ) -> Result<Vec<u8>> {
+        if let SegRef::Active(a) = seg {
+            if log.active.id() == a.id {
+                if let Some(bytes) = log.active.read_buffered(e.offset, e.len) {
+                    return decode_value(bytes, e, key, &self.seg_path(e.file));
+                }
+            }
+            // Flushed (possibly by a rotation since the lookup).
+            let bytes = a.read_flushed(e.offset, e.len)?.ok_or_else(|| {
+                Error::corruption(
+                    self.seg_path(e.file),
+                    u64::from(e.offset),
+                    "record not in active segment",
+                )
+            })?;
+            return decode_value(&bytes, e, key, &self.seg_path(e.file));
+        }
+        match seg {
+            SegRef::Sealed(s) => {
+                let bytes = s.read(e.offset, e.len).ok_or_else(|| {
+                    Error::corruption(
+                        s.path(),
+                        u64::from(e.offset),
+                        "record beyond end of segment",
+                    )
+                })?;
+                decode_value(bytes, e, key, s.path())
+            }
+            SegRef::Active(_) => Err(Error::Closed),
+        }
+    }
+
+    fn seg_path(&self, id: u32) -> std::path::PathBuf {
+        crate::log::segment_path(&self.dir, id)
+    }
+}
+
+fn decode_value(bytes: &[u8], e: &Entry, key: &[u8], path: &std::path::Path) -> Result<Vec<u8>> {
+    let rec = record::decode(bytes)
+        .map_err(|err| Error::corruption(path, u64::from(e.offset), err.to_string()))?;
+    if rec.meta.kind != Kind::Put || rec.key != key || rec.meta.seq != e.seq {
+        return Err(Error::corruption(
+            path,
+            u64::from(e.offset),
+            "record does not match the key directory",
+        ));
+    }
+    Ok(rec.value.to_vec())
+}

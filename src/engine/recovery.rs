@@ -1,0 +1,335 @@
+//! Opening a directory: lock, manifest, segments (hint or scan), torn-tail truncation, key
+//! directory, timers.
+//!
+//! Per key the record with the highest sequence number wins, whichever file it is in: merge
+//! outputs hold records of many ages, so file order means nothing. Tombstones (and compaction
+//! markers) take part in that contest and are dropped only at the end, so an older put can
+//! never win against a newer delete because of the order in which files were read.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use super::clockfile::ClockFile;
+use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
+use crate::error::{Error, Result};
+use crate::expiry::wheel::TimerWheel;
+use crate::expiry::Timer;
+use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
+use crate::format::{hint, SegmentHeader};
+use crate::keydir::{Entry, KeyspaceCore, KeyspaceState};
+use crate::log::active::ActiveWriter;
+use crate::log::lock::DirLock;
+use crate::log::manifest::Manifest;
+use crate::log::scan::{scan, ScanEnd};
+use crate::log::segment::Segment;
+use crate::log::{hint_path, parse_file_name, segment_path};
+use crate::options::{Options, RecoveryMode};
+use crate::stats::SegStats;
+use crate::ttl;
+
+/// A record seen during recovery: the newest per key wins.
+struct Seen {
+    entry: Entry,
+    tombstone: bool,
+}
+
+#[derive(Default)]
+struct Loader {
+    keys: HashMap<u32, HashMap<Box<[u8]>, Seen>>,
+    max_seq: u64,
+    max_write_ms: u64,
+    stats: HashMap<u32, SegStats>,
+}
+
+impl Loader {
+    fn add(&mut self, file: u32, offset: u32, len: u32, meta: &Meta, key: &[u8]) {
+        self.max_seq = self.max_seq.max(meta.seq);
+        self.max_write_ms = self.max_write_ms.max(meta.write_ms);
+        let s = self.stats.entry(file).or_default();
+        if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
+            s.shadowing += 1;
+        }
+        let seen = Seen {
+            entry: Entry {
+                seq: meta.seq,
+                file,
+                offset,
+                len,
+                ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
+                ttl: meta.ttl.to_wire(),
+                flags: meta.flags,
+            },
+            tombstone: meta.kind == Kind::Tombstone,
+        };
+        let map = self.keys.entry(meta.keyspace).or_default();
+        match map.get_mut(key) {
+            Some(old) if old.entry.seq >= meta.seq => {}
+            Some(old) => *old = seen,
+            None => {
+                map.insert(key.into(), seen);
+            }
+        }
+    }
+}
+
+pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
+    std::fs::create_dir_all(dir)?;
+    let lock = DirLock::acquire(dir)?;
+    let manifest = match Manifest::load(dir)? {
+        Some(m) => m,
+        None => init(dir)?,
+    };
+    remove_unlisted(dir, &manifest)?;
+    let (clockfile, clock_state) = ClockFile::open(dir)?;
+
+    let mut loader = Loader::default();
+    let mut sealed = BTreeMap::new();
+    for &id in &manifest.sealed {
+        match load_sealed(dir, id, &opts, &mut loader) {
+            Ok(Some(seg)) => {
+                sealed.insert(id, Arc::new(seg));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let active_id = manifest.active.ok_or_else(|| {
+        Error::corruption(dir.join("MANIFEST"), 0, "manifest names no active segment")
+    })?;
+    let active = load_active(dir, active_id, &mut loader)?;
+
+    // Build the catalogue and the key directories.
+    let now_floor_s = clock_state.high_water.max(loader.max_write_ms / 1000);
+    let clock_now = opts.clock.now_unix_millis();
+    let now_ms = clock_now.max(now_floor_s.saturating_mul(1000));
+    let now = now_ms / 1000;
+    let mut catalog = Catalog::default();
+    let mut wheel = TimerWheel::new(now);
+    let mut dead: Vec<(u32, u64, bool, u64)> = Vec::new();
+    for meta in &manifest.keyspaces {
+        let mut state = KeyspaceState {
+            history: meta.history.clone(),
+            ..KeyspaceState::default()
+        };
+        if let Some(keys) = loader.keys.remove(&meta.id) {
+            let mut pairs: Vec<(Box<[u8]>, Seen)> = keys.into_iter().collect();
+            pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let mut map = BTreeMap::new();
+            for (key, seen) in pairs {
+                if seen.tombstone {
+                    continue;
+                }
+                let at = state.expires_at(&seen.entry);
+                if at <= clock_state.reaped_upto {
+                    // Expired and already reported before the last close: free it now.
+                    dead.push((seen.entry.file, u64::from(seen.entry.len), true, at));
+                    continue;
+                }
+                if at != ttl::NEVER {
+                    wheel.insert(
+                        at,
+                        Timer {
+                            keyspace: meta.id,
+                            key: key.clone(),
+                            seq: seen.entry.seq,
+                        },
+                    );
+                }
+                map.insert(key, seen.entry);
+            }
+            state.map = map;
+        }
+        let core = Arc::new(KeyspaceCore {
+            id: meta.id,
+            name: meta.name.clone(),
+            state: RwLock::new(state),
+            dropped: AtomicBool::new(false),
+        });
+        catalog.by_name.insert(meta.name.clone(), Arc::clone(&core));
+        catalog.by_id.insert(meta.id, core);
+    }
+
+    // Dead bytes per segment = total - bytes of entries the key directory points at.
+    let mut segstats = loader.stats;
+    for s in segstats.values_mut() {
+        s.dead = s.total;
+    }
+    for core in catalog.by_id.values() {
+        for e in core.state.read().map.values() {
+            if let Some(s) = segstats.get_mut(&e.file) {
+                s.dead = s.dead.saturating_sub(u64::from(e.len));
+            }
+        }
+    }
+    for (file, len, expired, at) in dead {
+        if let Some(s) = segstats.get_mut(&file) {
+            if expired {
+                s.note_expired(len, at);
+            }
+        }
+    }
+    for id in sealed.keys() {
+        segstats.entry(*id).or_default();
+    }
+    segstats.entry(active.id()).or_default();
+
+    let next_seq = manifest.next_seq.max(loader.max_seq + 1);
+    let set = SegmentSet {
+        sealed,
+        active: Arc::clone(&active.shared),
+    };
+    Ok(Inner {
+        dir: dir.to_path_buf(),
+        _lock: lock,
+        log: Mutex::new(LogState {
+            active,
+            next_seq,
+            manifest,
+            segstats,
+            appended: 0,
+        }),
+        segments: RwLock::new(set),
+        catalog: RwLock::new(catalog),
+        sync: Mutex::new(super::SyncState::default()),
+        sync_cv: Condvar::new(),
+        poisoned: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        hw_ms: AtomicU64::new(now_ms),
+        persisted_s: AtomicU64::new(clock_state.high_water),
+        clockfile: Mutex::new((clockfile, clock_state)),
+        expiry: Mutex::new(ExpiryState {
+            wheel,
+            reaped_upto: clock_state.reaped_upto,
+        }),
+        subscribers: Mutex::new(Vec::new()),
+        expirations: AtomicU64::new(0),
+        merges: AtomicU64::new(0),
+        merge_lock: Mutex::new(()),
+        worker: Mutex::new(None),
+        worker_error: Mutex::new(None),
+        merge_crash_at: Mutex::new(None),
+        opts,
+    })
+}
+
+/// A new directory: first active segment and manifest.
+fn init(dir: &Path) -> Result<Manifest> {
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some((_, "seg")) = name.to_str().and_then(parse_file_name) {
+            return Err(Error::corruption(
+                dir.join("MANIFEST"),
+                0,
+                "segment files present but no MANIFEST",
+            ));
+        }
+    }
+    let manifest = Manifest {
+        next_file_id: 2,
+        next_seq: 1,
+        next_keyspace_id: 1,
+        sealed: Vec::new(),
+        active: Some(1),
+        keyspaces: Vec::new(),
+    };
+    ActiveWriter::create(dir, 1, 1)?;
+    manifest.store(dir)?;
+    Ok(manifest)
+}
+
+/// Deletes segment and hint files the manifest does not list (unpublished merge outputs, a
+/// segment created just before a crash, files of retired segments).
+fn remove_unlisted(dir: &Path, manifest: &Manifest) -> Result<()> {
+    let listed = |id: u32| manifest.sealed.contains(&id) || manifest.active == Some(id);
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name == "MANIFEST.tmp" || name.ends_with(".hint.tmp") {
+            std::fs::remove_file(entry.path())?;
+            continue;
+        }
+        if let Some((id, _)) = parse_file_name(name) {
+            if !listed(id) {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn load_sealed(
+    dir: &Path,
+    id: u32,
+    opts: &Options,
+    loader: &mut Loader,
+) -> Result<Option<Segment>> {
+    let seg = match Segment::open(dir, id) {
+        Ok(s) => s,
+        Err(e) if opts.recovery == RecoveryMode::Salvage => {
+            let _ = e;
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    if opts.use_hints {
+        if let Ok(bytes) = std::fs::read(hint_path(dir, id)) {
+            if let Ok(entries) = hint::decode(&bytes, id) {
+                let data_end = seg.len();
+                let fits = entries
+                    .iter()
+                    .all(|e| u64::from(e.offset) + u64::from(e.len) <= data_end);
+                if fits {
+                    for e in &entries {
+                        loader.add(id, e.offset, e.len, &e.meta, &e.key);
+                    }
+                    loader.stats.entry(id).or_default().total = seg.data_len();
+                    return Ok(Some(seg));
+                }
+            }
+        }
+    }
+    let end = scan(seg.bytes(), |off, len, rec| {
+        loader.add(id, off, len, &rec.meta, rec.key)
+    });
+    if let ScanEnd::Bad { offset, err } = end {
+        if opts.recovery == RecoveryMode::Strict {
+            return Err(Error::corruption(
+                seg.path(),
+                offset as u64,
+                err.to_string(),
+            ));
+        }
+        // Salvage: the records before the damage are loaded; the rest is dead bytes.
+    }
+    // Every byte after the header counts: batch headers and salvaged tails are dead bytes.
+    loader.stats.entry(id).or_default().total = seg.data_len();
+    Ok(Some(seg))
+}
+
+fn load_active(dir: &Path, id: u32, loader: &mut Loader) -> Result<ActiveWriter> {
+    let path = segment_path(dir, id);
+    let bytes = std::fs::read(&path)?;
+    let header = SegmentHeader::decode(&bytes)
+        .map_err(|e| Error::corruption(&path, 0, format!("segment header: {e}")))?;
+    if header.id != id {
+        return Err(Error::corruption(
+            &path,
+            0,
+            "segment header names another file id",
+        ));
+    }
+    // The active segment may end in a torn write: keep the whole records (and whole batches)
+    // and cut the rest.
+    let end = scan(&bytes, |off, len, rec| {
+        loader.add(id, off, len, &rec.meta, rec.key)
+    });
+    let valid = end.valid_len() as u64;
+    loader.stats.entry(id).or_default().total =
+        valid.saturating_sub(crate::format::SEGMENT_HEADER_LEN as u64);
+    Ok(ActiveWriter::reopen(dir, header, valid)?)
+}

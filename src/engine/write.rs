@@ -1,0 +1,446 @@
+//! The write path: appends, keydir updates, rotation, keyspace changes.
+//!
+//! A write runs in three steps under the log mutex: decide (is there a live older version? a
+//! delete of a missing key writes nothing), encode and append to the active buffer, apply to
+//! the key directory. The keydir is updated under the same mutex that orders the log, so the
+//! keydir and the log agree on which version is newest. The fsync (SyncPolicy::Always) happens
+//! after the mutex is released, shared with concurrent writers.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{Inner, LogState};
+use crate::error::{Error, Result};
+use crate::expiry::worker::Message;
+use crate::expiry::Timer;
+use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
+use crate::keydir::{Entry, KeyspaceCore, KeyspaceState};
+use crate::log::active::ActiveWriter;
+use crate::log::manifest::KeyspaceMeta;
+use crate::log::segment::Segment;
+use crate::options::{SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+use crate::stats::SegStats;
+use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
+
+/// One write of a batch or a single call.
+#[derive(Debug, Clone)]
+pub(crate) struct Op {
+    pub(crate) ks: Arc<KeyspaceCore>,
+    pub(crate) key: Vec<u8>,
+    /// `Some((value, ttl))` for a put, `None` for a delete.
+    pub(crate) put: Option<(Vec<u8>, ItemTtl)>,
+}
+
+pub(crate) fn check_key_value(key: &[u8], value: &[u8]) -> Result<()> {
+    if key.len() > MAX_KEY_SIZE {
+        return Err(Error::BadRequest(format!(
+            "key of {} bytes exceeds the limit of {MAX_KEY_SIZE} bytes",
+            key.len()
+        )));
+    }
+    if value.len() > MAX_VALUE_SIZE {
+        return Err(Error::TooLarge(format!(
+            "value of {} bytes exceeds the limit of {MAX_VALUE_SIZE} bytes",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_ttl(ttl: ItemTtl) -> Result<()> {
+    match ttl {
+        ItemTtl::Seconds(n) if n == 0 || n > ttl::MAX_TTL_SECS => Err(Error::BadRequest(format!(
+            "The input ttl '{n}' is invalid. Ensure to provide a nonzero positive integer less than or equal to '2147483647', or '-1' which means never expire."
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn check_default(default: DefaultTtl) -> Result<()> {
+    if default.is_valid() {
+        Ok(())
+    } else {
+        let v = default.to_json_value().unwrap_or(0);
+        Err(Error::BadRequest(format!(
+            "The input defaultTtl '{v}' is invalid. Ensure to provide a nonzero positive integer less than or equal to '2147483647', or '-1' which means never expire."
+        )))
+    }
+}
+
+/// What a write did to each op: whether a live version existed before it.
+pub(crate) type Existed = Vec<bool>;
+
+impl Inner {
+    /// Applies `ops` (a batch when `atomic`), returning for each whether the key was live before.
+    pub(crate) fn apply(&self, ops: &[Op], atomic: bool) -> Result<Existed> {
+        self.apply_checked(ops, atomic, |_| Ok(()))
+    }
+
+    /// As [`Inner::apply`], but first calls `check` with the first op's live value (if any)
+    /// under the log mutex, so a caller can compare-and-write atomically.
+    pub(crate) fn apply_checked(
+        &self,
+        ops: &[Op],
+        atomic: bool,
+        check: impl FnOnce(Option<&[u8]>) -> Result<()>,
+    ) -> Result<Existed> {
+        for op in ops {
+            if op.ks.dropped.load(Ordering::Acquire) {
+                return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
+            }
+            let value = op.put.as_ref().map_or(&[][..], |(v, _)| v.as_slice());
+            check_key_value(&op.key, value)?;
+            if let Some((_, ttl)) = &op.put {
+                check_ttl(*ttl)?;
+            }
+        }
+        self.check_writable()?;
+        let now_ms = self.now_ms();
+        let now = now_ms / 1000;
+        let mut timers = Vec::new();
+        let (existed, pos) = {
+            let mut log = self.log.lock();
+            self.check_writable()?;
+            if let Some(first) = ops.first() {
+                let found = {
+                    let st = first.ks.state.read();
+                    self.lookup(&st, &first.key, now)
+                };
+                let current = match found {
+                    Some((e, seg)) => Some(self.read_value_locked(&log, &seg, &e, &first.key)?),
+                    None => None,
+                };
+                check(current.as_deref())?;
+            }
+            // 1. Decide. `overlay` makes later ops of a batch see earlier ones.
+            let mut overlay: HashMap<(u32, &[u8]), bool> = HashMap::new();
+            let mut existed = Vec::with_capacity(ops.len());
+            let mut write = Vec::with_capacity(ops.len());
+            for op in ops {
+                let live = match overlay.get(&(op.ks.id, op.key.as_slice())) {
+                    Some(&l) => l,
+                    None => op.ks.state.read().live(&op.key, now).is_some(),
+                };
+                existed.push(live);
+                let writes = op.put.is_some() || live;
+                write.push((writes, live));
+                overlay.insert((op.ks.id, op.key.as_slice()), op.put.is_some());
+            }
+            let count = write.iter().filter(|(w, _)| *w).count();
+            if count == 0 {
+                return Ok(existed);
+            }
+            let batch = atomic && count > 1;
+            // 2. Encode and append.
+            let mut buf = Vec::new();
+            let mut seq = log.next_seq;
+            if batch {
+                let header = Meta {
+                    kind: Kind::BatchHeader,
+                    flags: 0,
+                    keyspace: 0,
+                    ttl: ItemTtl::Inherit,
+                    seq,
+                    write_ms: now_ms,
+                };
+                let n = u32::try_from(count).unwrap_or(u32::MAX);
+                record::encode(&mut buf, &header, &[], &n.to_le_bytes());
+                seq += 1;
+            }
+            let mut placed = Vec::with_capacity(count);
+            for (op, &(writes, live)) in ops.iter().zip(&write) {
+                if !writes {
+                    continue;
+                }
+                let (kind, value, ttl) = match &op.put {
+                    Some((v, t)) => (Kind::Put, v.as_slice(), *t),
+                    None => (Kind::Tombstone, &[][..], ItemTtl::Inherit),
+                };
+                let mut flags = if live { FLAG_SHADOWS } else { 0 };
+                if batch {
+                    flags |= FLAG_IN_BATCH;
+                }
+                let meta = Meta {
+                    kind,
+                    flags,
+                    keyspace: op.ks.id,
+                    ttl,
+                    seq,
+                    write_ms: now_ms,
+                };
+                let at = buf.len();
+                record::encode(&mut buf, &meta, &op.key, value);
+                placed.push((op, meta, at, buf.len() - at));
+                seq += 1;
+            }
+            self.make_room(&mut log, buf.len() as u64)?;
+            log.next_seq = seq;
+            let base = log.active.append(&buf);
+            let file = log.active.id();
+            log.appended += buf.len() as u64;
+            // 3. Apply to the key directory and account dead bytes.
+            let mut dead: Vec<(u32, u64)> = Vec::new();
+            let mut added = SegStats {
+                total: buf.len() as u64,
+                ..SegStats::default()
+            };
+            if batch {
+                added.dead += record::encoded_len(0, 4) as u64;
+            }
+            for (op, meta, at, len) in placed {
+                let offset = u32::try_from(base + at as u64).unwrap_or(u32::MAX);
+                let len32 = u32::try_from(len).unwrap_or(u32::MAX);
+                if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
+                    added.shadowing += 1;
+                }
+                let mut st = op.ks.state.write();
+                let old = match meta.kind {
+                    Kind::Put => {
+                        let entry = Entry {
+                            seq: meta.seq,
+                            file,
+                            offset,
+                            len: len32,
+                            ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
+                            ttl: meta.ttl.to_wire(),
+                            flags: meta.flags,
+                        };
+                        let deadline = st.expires_at(&entry);
+                        if deadline != ttl::NEVER {
+                            timers.push((
+                                deadline,
+                                Timer {
+                                    keyspace: op.ks.id,
+                                    key: op.key.clone().into_boxed_slice(),
+                                    seq: meta.seq,
+                                },
+                            ));
+                        }
+                        st.map.insert(op.key.clone().into_boxed_slice(), entry)
+                    }
+                    _ => {
+                        added.dead += len as u64;
+                        st.map.remove(op.key.as_slice())
+                    }
+                };
+                if let Some(old) = old {
+                    dead.push((old.file, u64::from(old.len)));
+                }
+            }
+            log.segstats.entry(file).or_default().add(&added);
+            for (f, bytes) in dead {
+                if let Some(s) = log.segstats.get_mut(&f) {
+                    s.dead += bytes;
+                }
+            }
+            if !matches!(self.opts.sync, SyncPolicy::Always) && log.active.wants_flush() {
+                if let Err(e) = log.active.flush() {
+                    self.poison();
+                    return Err(e.into());
+                }
+            }
+            (existed, log.appended)
+        };
+        if !timers.is_empty() {
+            let mut ex = self.expiry.lock();
+            for (deadline, t) in timers {
+                ex.wheel.insert(deadline, t);
+            }
+        }
+        if matches!(self.opts.sync, SyncPolicy::Always) {
+            self.sync_to(pos)?;
+        }
+        Ok(existed)
+    }
+
+    /// Rotates the active segment if `incoming` more bytes would overflow it.
+    fn make_room(&self, log: &mut LogState, incoming: u64) -> Result<()> {
+        if !log.active.is_empty() && log.active.len() + incoming > self.opts.segment_size {
+            self.rotate(log)?;
+        }
+        if log.active.len() + incoming > u64::from(u32::MAX) {
+            return Err(Error::TooLarge("write does not fit in a segment".into()));
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one (caller holds the log mutex).
+    pub(crate) fn rotate(&self, log: &mut LogState) -> Result<()> {
+        let sealed_id = log.active.id();
+        let seal = (|| -> Result<Arc<Segment>> {
+            log.active.flush()?;
+            log.active.shared.file.sync_data()?;
+            Ok(Arc::new(Segment::open(&self.dir, sealed_id)?))
+        })();
+        let segment = match seal {
+            Ok(s) => s,
+            Err(e) => {
+                self.poison();
+                return Err(e);
+            }
+        };
+        let new_id = log.manifest.next_file_id;
+        let fresh = ActiveWriter::create(&self.dir, new_id, log.next_seq)?;
+        let mut manifest = log.manifest.clone();
+        manifest.next_file_id = new_id + 1;
+        manifest.next_seq = log.next_seq;
+        manifest.sealed.push(sealed_id);
+        manifest.active = Some(new_id);
+        if let Err(e) = manifest.store(&self.dir) {
+            let _ = std::fs::remove_file(crate::log::segment_path(&self.dir, new_id));
+            return Err(e);
+        }
+        log.manifest = manifest;
+        log.segstats.entry(new_id).or_default();
+        {
+            let mut set = self.segments.write();
+            set.sealed.insert(sealed_id, segment);
+            set.active = Arc::clone(&fresh.shared);
+        }
+        log.active = fresh;
+        self.send(Message::WriteHint(sealed_id));
+        Ok(())
+    }
+
+    pub(crate) fn rotate_if_nonempty(&self) -> Result<()> {
+        self.check_writable()?;
+        let mut log = self.log.lock();
+        if log.active.is_empty() {
+            return Ok(());
+        }
+        self.rotate(&mut log)
+    }
+
+    pub(crate) fn create_keyspace(
+        &self,
+        name: &str,
+        default: DefaultTtl,
+    ) -> Result<Arc<KeyspaceCore>> {
+        if name.is_empty() {
+            return Err(Error::BadRequest("keyspace name must not be empty".into()));
+        }
+        check_default(default)?;
+        self.check_writable()?;
+        let now = self.now_s();
+        let mut log = self.log.lock();
+        if self.catalog.read().by_name.contains_key(name) {
+            return Err(Error::Conflict(format!("keyspace '{name}' already exists")));
+        }
+        let id = log.manifest.next_keyspace_id;
+        let history = vec![TtlChange {
+            since: now,
+            default,
+        }];
+        let mut manifest = log.manifest.clone();
+        manifest.next_keyspace_id = id + 1;
+        manifest.next_seq = log.next_seq;
+        manifest.keyspaces.push(KeyspaceMeta {
+            id,
+            name: name.to_string(),
+            history: history.clone(),
+        });
+        manifest.store(&self.dir)?;
+        log.manifest = manifest;
+        let core = Arc::new(KeyspaceCore {
+            id,
+            name: name.to_string(),
+            state: parking_lot::RwLock::new(KeyspaceState {
+                history,
+                ..KeyspaceState::default()
+            }),
+            dropped: false.into(),
+        });
+        let mut cat = self.catalog.write();
+        cat.by_name.insert(name.to_string(), Arc::clone(&core));
+        cat.by_id.insert(id, Arc::clone(&core));
+        Ok(core)
+    }
+
+    pub(crate) fn delete_keyspace(&self, name: &str) -> Result<()> {
+        self.check_writable()?;
+        let mut log = self.log.lock();
+        let core = self
+            .catalog
+            .read()
+            .by_name
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("keyspace '{name}'")))?;
+        let mut manifest = log.manifest.clone();
+        manifest.keyspaces.retain(|k| k.id != core.id);
+        manifest.next_seq = log.next_seq;
+        manifest.store(&self.dir)?;
+        log.manifest = manifest;
+        core.dropped.store(true, Ordering::Release);
+        {
+            let mut cat = self.catalog.write();
+            cat.by_name.remove(name);
+            cat.by_id.remove(&core.id);
+        }
+        let map = std::mem::take(&mut core.state.write().map);
+        for e in map.values() {
+            if let Some(s) = log.segstats.get_mut(&e.file) {
+                s.dead += u64::from(e.len);
+            }
+        }
+        Ok(())
+    }
+
+    /// Changes a keyspace's default TTL from now on, durably, and re-times inheriting items.
+    pub(crate) fn set_default_ttl(
+        &self,
+        ks: &Arc<KeyspaceCore>,
+        default: DefaultTtl,
+    ) -> Result<()> {
+        check_default(default)?;
+        self.check_writable()?;
+        if ks.dropped.load(Ordering::Acquire) {
+            return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
+        }
+        let now = self.now_s();
+        let mut log = self.log.lock();
+        let mut history = ks.state.read().history.clone();
+        history.push(TtlChange {
+            since: now,
+            default,
+        });
+        let mut manifest = log.manifest.clone();
+        if let Some(m) = manifest.keyspaces.iter_mut().find(|m| m.id == ks.id) {
+            m.history.clone_from(&history);
+        }
+        manifest.next_seq = log.next_seq;
+        manifest.store(&self.dir)?;
+        log.manifest = manifest;
+        let mut st = ks.state.write();
+        let before = std::mem::replace(&mut st.history, history);
+        // Re-time: schedule every item whose deadline moved earlier. Timers that fire early
+        // (deadline moved later) are re-armed by the reaper; timers of items that can no longer
+        // expire are dropped when they fire. See DESIGN.md "Re-timing".
+        let mut timers = Vec::new();
+        for (key, e) in &st.map {
+            if e.own_ttl() == ItemTtl::Never {
+                continue;
+            }
+            let deadline = st.expires_at(e);
+            let earlier = ttl::expires_at(u64::from(e.ts), e.own_ttl(), &before);
+            if deadline != ttl::NEVER && deadline < earlier {
+                timers.push((deadline, key.clone(), e.seq));
+            }
+        }
+        drop(st);
+        drop(log);
+        let mut ex = self.expiry.lock();
+        for (deadline, key, seq) in timers {
+            ex.wheel.insert(
+                deadline,
+                Timer {
+                    keyspace: ks.id,
+                    key,
+                    seq,
+                },
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+//! The key directory: per keyspace, an ordered map from key to the newest record's location and
+//! expiry metadata.
+//!
+//! Invariants:
+//! - an entry points at the newest *put* of its key that is on disk (tombstones are not kept:
+//!   a deleted key has no entry);
+//! - an entry may be expired but not yet reaped; every read filters with [`KeyspaceState::live`]
+//!   against one frozen `now`, so reaping is invisible except in stats and events;
+//! - `history` holds every default-TTL setting of the keyspace (never empty), so expiry is a
+//!   pure function of the entry and the history.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+
+use parking_lot::RwLock;
+
+use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
+
+/// Location and expiry metadata of a key's newest record (32 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Sequence number of the record.
+    pub seq: u64,
+    /// Segment file id.
+    pub file: u32,
+    /// Offset of the record in the file.
+    pub offset: u32,
+    /// Length of the whole record.
+    pub len: u32,
+    /// Write second (`_ts`), saturated to `u32` (good until the year 2106).
+    pub ts: u32,
+    /// The record's own TTL in its 4-byte wire form (see [`Entry::own_ttl`]).
+    pub ttl: i32,
+    /// Record flags (SHADOWS).
+    pub flags: u8,
+}
+
+impl Entry {
+    /// The record's own TTL.
+    #[must_use]
+    pub fn own_ttl(&self) -> ItemTtl {
+        ItemTtl::from_wire(self.ttl).unwrap_or_default()
+    }
+}
+
+/// The mutable state of one keyspace.
+#[derive(Debug, Default)]
+pub struct KeyspaceState {
+    /// Key → newest record.
+    pub map: BTreeMap<Box<[u8]>, Entry>,
+    /// Default-TTL settings, oldest first.
+    pub history: Vec<TtlChange>,
+}
+
+impl KeyspaceState {
+    /// The current default TTL.
+    #[must_use]
+    pub fn default_ttl(&self) -> DefaultTtl {
+        self.history.last().map_or(DefaultTtl::Off, |c| c.default)
+    }
+
+    /// First second at which `e` is expired, or [`ttl::NEVER`].
+    #[must_use]
+    pub fn expires_at(&self, e: &Entry) -> u64 {
+        ttl::expires_at(u64::from(e.ts), e.own_ttl(), &self.history)
+    }
+
+    /// The entry for `key` if it is live at second `now`.
+    #[must_use]
+    pub fn live(&self, key: &[u8], now: u64) -> Option<&Entry> {
+        self.map
+            .get(key)
+            .filter(|e| !ttl::is_expired(self.expires_at(e), now))
+    }
+
+    /// True if `e` is live at `now`.
+    #[must_use]
+    pub fn is_live(&self, e: &Entry, now: u64) -> bool {
+        !ttl::is_expired(self.expires_at(e), now)
+    }
+}
+
+/// A keyspace: its identity and its state.
+#[derive(Debug)]
+pub struct KeyspaceCore {
+    /// Internal id carried by records.
+    pub id: u32,
+    /// User-visible name.
+    pub name: String,
+    /// Map and TTL history.
+    pub state: RwLock<KeyspaceState>,
+    /// Set when the keyspace is deleted; handles still held by callers then fail with 404.
+    pub dropped: AtomicBool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_is_small() {
+        assert_eq!(std::mem::size_of::<Entry>(), 32);
+    }
+
+    #[test]
+    fn live_filters_by_history() {
+        let mut st = KeyspaceState {
+            history: vec![TtlChange {
+                since: 0,
+                default: DefaultTtl::Seconds(10),
+            }],
+            ..KeyspaceState::default()
+        };
+        let e = Entry {
+            seq: 1,
+            file: 1,
+            offset: 32,
+            len: 50,
+            ts: 100,
+            ttl: 0,
+            flags: 0,
+        };
+        st.map.insert(b"k".to_vec().into_boxed_slice(), e);
+        assert!(st.live(b"k", 109).is_some());
+        assert!(st.live(b"k", 110).is_none());
+    }
+}

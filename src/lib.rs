@@ -1,0 +1,37 @@
+//! # ebbdb
+//!
+//! An embedded database for data with a shelf life. A database is a local directory holding an
+//! append-only log of segment files; every record carries its write time and TTL, and expiry is
+//! exact: an item is invisible to every read, scan and count the instant it expires, and its
+//! bytes disappear when compaction merges segments without copying it. Expiry never writes a
+//! delete record.
+//!
+//! Two layers:
+//! - [`Database`] / [`Container`]: Azure Cosmos DB–style JSON documents with `defaultTtl`,
+//!   per-item `ttl`, `_ts` and `_etag`.
+//! - [`Store`] / [`Keyspace`]: the byte key-value engine underneath, with the same TTL rules.
+//!
+//! See `DESIGN.md` for the on-disk format and the crash-safety argument.
+
+pub mod clock;
+pub mod compaction;
+pub mod doc;
+mod engine;
+mod error;
+pub mod expiry;
+pub mod format;
+pub mod keydir;
+pub mod log;
+mod options;
+pub mod stats;
+pub mod ttl;
+
+pub use doc::{
+    Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,
+};
+pub use engine::{Expiry, Iter, Keyspace, Store, WriteBatch};
+pub use error::{Error, Result};
+pub use expiry::ExpiryEvent;
+pub use options::{Options, RecoveryMode, SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+pub use stats::{CompactionReport, Stats};
+pub use ttl::{DefaultTtl, Ttl};

@@ -1,0 +1,170 @@
+//! The active segment: the one file being appended to.
+//!
+//! Writers append encoded records to an in-memory buffer under the log mutex; the buffer is
+//! written to the file (`pwrite` at the flushed length) when it grows past a threshold, before
+//! an fsync, and at rotation. Readers read the flushed part with `pread` through the shared
+//! [`ActiveFile`] without taking the log mutex; the unflushed tail is read from the buffer under
+//! the mutex (a copy, never an fsync wait).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::segment_path;
+use crate::format::{SegmentHeader, SEGMENT_HEADER_LEN};
+
+/// Flush the buffer to the file once it holds this much.
+pub const FLUSH_THRESHOLD: usize = 256 * 1024;
+
+/// The part of the active segment readers share.
+#[derive(Debug)]
+pub struct ActiveFile {
+    /// File id.
+    pub id: u32,
+    /// The file, opened read-write.
+    pub file: File,
+    /// Bytes of the file that hold written records (header included).
+    pub flushed: AtomicU64,
+}
+
+impl ActiveFile {
+    /// Reads `len` bytes at `offset` if they are already in the file.
+    ///
+    /// # Errors
+    /// The OS error from `pread`.
+    pub fn read_flushed(&self, offset: u32, len: u32) -> io::Result<Option<Vec<u8>>> {
+        let end = u64::from(offset) + u64::from(len);
+        if end > self.flushed.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.file.read_exact_at(&mut buf, u64::from(offset))?;
+        Ok(Some(buf))
+    }
+}
+
+/// The writer's view of the active segment (lives inside the log mutex).
+#[derive(Debug)]
+pub struct ActiveWriter {
+    /// Shared with readers.
+    pub shared: Arc<ActiveFile>,
+    /// Header of this file.
+    pub header: SegmentHeader,
+    buf: Vec<u8>,
+    /// Logical length: flushed bytes plus the buffer.
+    len: u64,
+}
+
+impl ActiveWriter {
+    /// Creates segment `id` with its header written and fsynced. The caller fsyncs the
+    /// directory (through the manifest write that lists the file).
+    ///
+    /// # Errors
+    /// Any OS error.
+    pub fn create(dir: &Path, id: u32, created_seq: u64) -> io::Result<Self> {
+        let header = SegmentHeader { id, created_seq };
+        let file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(segment_path(dir, id))?;
+        file.write_all_at(&header.encode(), 0)?;
+        file.sync_all()?;
+        let len = SEGMENT_HEADER_LEN as u64;
+        Ok(Self {
+            shared: Arc::new(ActiveFile {
+                id,
+                file,
+                flushed: AtomicU64::new(len),
+            }),
+            header,
+            buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
+            len,
+        })
+    }
+
+    /// Reopens an existing segment whose records are whole up to `valid_len`, cutting off
+    /// anything after it (a torn tail) and fsyncing the cut.
+    ///
+    /// # Errors
+    /// Any OS error.
+    pub fn reopen(dir: &Path, header: SegmentHeader, valid_len: u64) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(segment_path(dir, header.id))?;
+        if file.metadata()?.len() != valid_len {
+            file.set_len(valid_len)?;
+            file.sync_all()?;
+        }
+        Ok(Self {
+            shared: Arc::new(ActiveFile {
+                id: header.id,
+                file,
+                flushed: AtomicU64::new(valid_len),
+            }),
+            header,
+            buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
+            len: valid_len,
+        })
+    }
+
+    /// File id.
+    #[must_use]
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// Logical length (flushed + buffered).
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when no record has been appended.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len <= SEGMENT_HEADER_LEN as u64
+    }
+
+    /// Appends encoded bytes, returning the offset where they start.
+    pub fn append(&mut self, bytes: &[u8]) -> u64 {
+        let at = self.len;
+        self.buf.extend_from_slice(bytes);
+        self.len += bytes.len() as u64;
+        at
+    }
+
+    /// True when the buffer should be written out.
+    #[must_use]
+    pub fn wants_flush(&self) -> bool {
+        self.buf.len() >= FLUSH_THRESHOLD
+    }
+
+    /// Writes the buffer to the file (no fsync).
+    ///
+    /// # Errors
+    /// The OS error from `pwrite`; the buffer is kept so nothing is silently dropped, and the
+    /// caller poisons the store.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let at = self.shared.flushed.load(Ordering::Acquire);
+        self.shared.file.write_all_at(&self.buf, at)?;
+        self.shared.flushed.store(self.len, Ordering::Release);
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Reads from the unflushed buffer (the caller holds the log mutex).
+    #[must_use]
+    pub fn read_buffered(&self, offset: u32, len: u32) -> Option<&[u8]> {
+        let flushed = self.shared.flushed.load(Ordering::Acquire);
+        let start = u64::from(offset).checked_sub(flushed)? as usize;
+        self.buf.get(start..start.checked_add(len as usize)?)
+    }
+}

@@ -1,0 +1,156 @@
+//! The manifest: which segments make up the database, and the keyspace catalogue.
+//!
+//! ```text
+//!  0  8  magic "EBBDBMAN"
+//!  8  4  format version
+//! 12  4  body length n
+//! 16  4  crc32 of the body
+//! 20  n  body: JSON (serde) of `Manifest`
+//! ```
+//! It is replaced atomically: written to `MANIFEST.tmp`, fsynced, renamed over `MANIFEST`, and
+//! the directory fsynced. A segment file that the manifest does not list is not part of the
+//! database (an unfinished merge output or a segment created just before a crash) and is
+//! deleted on open. Keyspace creation, deletion and default-TTL changes are durable because
+//! they return only after the manifest that records them is.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::Path;
+
+use byteorder::{ByteOrder, LittleEndian as LE};
+use serde::{Deserialize, Serialize};
+
+use super::sync_dir;
+use crate::error::{Error, Result};
+use crate::format::FORMAT_VERSION;
+use crate::ttl::TtlChange;
+
+const MAGIC: [u8; 8] = *b"EBBDBMAN";
+const HEADER_LEN: usize = 20;
+const MAX_BODY: usize = 256 << 20;
+
+/// A keyspace in the catalogue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyspaceMeta {
+    /// Internal id carried by every record; never reused.
+    pub id: u32,
+    /// User-visible name.
+    pub name: String,
+    /// Every default-TTL setting since creation, oldest first (never empty).
+    pub history: Vec<TtlChange>,
+}
+
+/// The manifest contents.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Next file id to hand out.
+    pub next_file_id: u32,
+    /// A floor for the next sequence number (the log itself may hold higher ones).
+    pub next_seq: u64,
+    /// Next keyspace id to hand out.
+    pub next_keyspace_id: u32,
+    /// Sealed segments (appended-and-sealed or merge outputs).
+    pub sealed: Vec<u32>,
+    /// The segment being appended to.
+    pub active: Option<u32>,
+    /// Live keyspaces.
+    pub keyspaces: Vec<KeyspaceMeta>,
+}
+
+impl Manifest {
+    /// Reads `dir/MANIFEST`, or `None` if there is none.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] if the file fails its checks; [`Error::Io`] on OS errors.
+    pub fn load(dir: &Path) -> Result<Option<Self>> {
+        let path = dir.join("MANIFEST");
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let bad = |reason: &str| Error::corruption(&path, 0, reason.to_string());
+        let header = bytes
+            .get(..HEADER_LEN)
+            .ok_or_else(|| bad("manifest truncated"))?;
+        if header[0..8] != MAGIC || LE::read_u32(&header[8..12]) != FORMAT_VERSION {
+            return Err(bad("bad manifest magic or version"));
+        }
+        let n = LE::read_u32(&header[12..16]) as usize;
+        if n > MAX_BODY {
+            return Err(bad("manifest length out of range"));
+        }
+        let body = bytes
+            .get(HEADER_LEN..HEADER_LEN + n)
+            .ok_or_else(|| bad("manifest truncated"))?;
+        if crc32fast::hash(body) != LE::read_u32(&header[16..20]) {
+            return Err(bad("manifest checksum mismatch"));
+        }
+        serde_json::from_slice(body)
+            .map(Some)
+            .map_err(|e| bad(&format!("manifest body: {e}")))
+    }
+
+    /// Atomically replaces `dir/MANIFEST` with `self`.
+    ///
+    /// # Errors
+    /// Any OS error; the old manifest stays in force if this fails.
+    pub fn store(&self, dir: &Path) -> Result<()> {
+        let body = serde_json::to_vec(self).map_err(|e| Error::Io(e.into()))?;
+        let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+        out.extend_from_slice(&MAGIC);
+        let mut h = [0u8; 12];
+        LE::write_u32(&mut h[0..4], FORMAT_VERSION);
+        LE::write_u32(&mut h[4..8], u32::try_from(body.len()).unwrap_or(u32::MAX));
+        LE::write_u32(&mut h[8..12], crc32fast::hash(&body));
+        out.extend_from_slice(&h);
+        out.extend_from_slice(&body);
+        let tmp = dir.join("MANIFEST.tmp");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&out)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, dir.join("MANIFEST"))?;
+        sync_dir(dir)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ttl::DefaultTtl;
+
+    #[test]
+    fn store_load_round_trip_and_corruption() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(Manifest::load(dir.path()).expect("load"), None);
+        let m = Manifest {
+            next_file_id: 4,
+            next_seq: 10,
+            next_keyspace_id: 2,
+            sealed: vec![1, 2],
+            active: Some(3),
+            keyspaces: vec![KeyspaceMeta {
+                id: 1,
+                name: "orders".into(),
+                history: vec![TtlChange {
+                    since: 0,
+                    default: DefaultTtl::Seconds(5),
+                }],
+            }],
+        };
+        m.store(dir.path()).expect("store");
+        assert_eq!(Manifest::load(dir.path()).expect("load"), Some(m));
+        let path = dir.path().join("MANIFEST");
+        let mut b = fs::read(&path).expect("read");
+        let last = b.len() - 1;
+        b[last] ^= 1;
+        fs::write(&path, &b).expect("write");
+        assert!(matches!(
+            Manifest::load(dir.path()),
+            Err(Error::Corruption { .. })
+        ));
+    }
+}

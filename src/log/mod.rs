@@ -1,0 +1,69 @@
+//! The log: segment files on disk, the directory lock, the manifest and recovery scanning.
+//!
+//! Layout of a database directory:
+//! - `LOCK`: held with an exclusive OS file lock while a handle is open.
+//! - `MANIFEST`: the published set of segments and the keyspace catalogue (see `manifest.rs`).
+//! - `CLOCK`: the engine's time high-water mark (see `engine::clockfile`).
+//! - `NNNNNNNNNN.seg`: segments; `NNNNNNNNNN.hint`: their hint files.
+
+pub mod active;
+pub mod lock;
+pub mod manifest;
+pub mod mmap;
+pub mod scan;
+pub mod segment;
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Path of segment `id` in `dir`.
+#[must_use]
+pub fn segment_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("{id:010}.seg"))
+}
+
+/// Path of the hint file of segment `id` in `dir`.
+#[must_use]
+pub fn hint_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("{id:010}.hint"))
+}
+
+/// Parses `NNNNNNNNNN.seg` / `NNNNNNNNNN.hint` file names.
+#[must_use]
+pub fn parse_file_name(name: &str) -> Option<(u32, &'static str)> {
+    let (stem, ext) = name.split_once('.')?;
+    if stem.len() != 10 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id = stem.parse().ok()?;
+    match ext {
+        "seg" => Some((id, "seg")),
+        "hint" => Some((id, "hint")),
+        _ => None,
+    }
+}
+
+/// fsyncs a directory so that creations, renames and deletions in it are durable.
+///
+/// # Errors
+/// The OS error from opening or syncing the directory.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_round_trip() {
+        let d = Path::new("/x");
+        let p = segment_path(d, 42);
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        assert_eq!(parse_file_name(name), Some((42, "seg")));
+        assert_eq!(parse_file_name("0000000042.hint"), Some((42, "hint")));
+        assert_eq!(parse_file_name("42.seg"), None);
+        assert_eq!(parse_file_name("MANIFEST"), None);
+    }
+}

@@ -1,0 +1,112 @@
+//! A sealed segment: an immutable file read through a read-only mapping.
+//!
+//! Invariant: once a `Segment` exists its file is never written again. When compaction retires
+//! a segment it is marked obsolete and its files are unlinked when the last `Arc<Segment>` (the
+//! last reader holding the mapping) is dropped.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use memmap2::Mmap;
+
+use super::{hint_path, mmap, segment_path};
+use crate::error::{Error, Result};
+use crate::format::{SegmentHeader, SEGMENT_HEADER_LEN};
+
+/// A sealed, mapped segment.
+#[derive(Debug)]
+pub struct Segment {
+    /// File id.
+    pub id: u32,
+    /// Decoded header.
+    pub header: SegmentHeader,
+    path: PathBuf,
+    hint: PathBuf,
+    map: Option<Mmap>,
+    obsolete: AtomicBool,
+}
+
+impl Segment {
+    /// Opens and maps segment `id` of `dir`, checking its header.
+    ///
+    /// # Errors
+    /// [`Error::Corruption`] for a bad header; [`Error::Io`] for OS errors.
+    pub fn open(dir: &Path, id: u32) -> Result<Self> {
+        let path = segment_path(dir, id);
+        let file = File::open(&path)?;
+        let map = mmap::map_sealed(&file)?;
+        let bytes: &[u8] = map.as_deref().unwrap_or_default();
+        let header = SegmentHeader::decode(bytes)
+            .map_err(|e| Error::corruption(&path, 0, format!("segment header: {e}")))?;
+        if header.id != id {
+            return Err(Error::corruption(
+                &path,
+                0,
+                "segment header names another file id",
+            ));
+        }
+        Ok(Self {
+            id,
+            header,
+            hint: hint_path(dir, id),
+            path,
+            map,
+            obsolete: AtomicBool::new(false),
+        })
+    }
+
+    /// All bytes of the file.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or_default()
+    }
+
+    /// File length.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    /// Bytes of records (file length minus header).
+    #[must_use]
+    pub fn data_len(&self) -> u64 {
+        self.len().saturating_sub(SEGMENT_HEADER_LEN as u64)
+    }
+
+    /// True when the file holds no records.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.data_len() == 0
+    }
+
+    /// `len` bytes at `offset`, if inside the file.
+    #[must_use]
+    pub fn read(&self, offset: u32, len: u32) -> Option<&[u8]> {
+        let start = offset as usize;
+        self.bytes().get(start..start.checked_add(len as usize)?)
+    }
+
+    /// The segment's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Unlink the files once the last holder drops this segment.
+    pub fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::SeqCst) {
+            // Unlink after the mapping is gone; failures leave a file that the next open
+            // removes because the manifest no longer lists it.
+            self.map = None;
+            let _ = std::fs::remove_file(&self.hint);
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Statistics: what is live, what is expired but not yet purged, and what is on disk.
+
+use std::sync::atomic::Ordering;
+
+use crate::engine::Inner;
+use crate::ttl;
+
+/// Per-segment byte accounting, kept under the log mutex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegStats {
+    /// Bytes of records in the segment (header excluded).
+    pub total: u64,
+    /// Bytes of records no longer reachable: superseded, deleted, expired and reaped, batch
+    /// headers, tombstones.
+    pub dead: u64,
+    /// Records whose removal needs the no-resurrection check (SHADOWS flag or tombstone).
+    pub shadowing: u64,
+    /// Of `dead`, bytes that are dead because they expired.
+    pub expired_bytes: u64,
+    /// Number of expired-and-reaped records still in the file.
+    pub expired_items: u64,
+    /// Earliest deadline among those expired records ([`ttl::NEVER`] if none).
+    pub oldest_expiry: u64,
+}
+
+impl Default for SegStats {
+    fn default() -> Self {
+        Self {
+            total: 0,
+            dead: 0,
+            shadowing: 0,
+            expired_bytes: 0,
+            expired_items: 0,
+            oldest_expiry: ttl::NEVER,
+        }
+    }
+}
+
+impl SegStats {
+    /// Adds another accounting (for records appended together).
+    pub fn add(&mut self, o: &SegStats) {
+        self.total += o.total;
+        self.dead += o.dead;
+        self.shadowing += o.shadowing;
+        self.expired_bytes += o.expired_bytes;
+        self.expired_items += o.expired_items;
+        self.oldest_expiry = self.oldest_expiry.min(o.oldest_expiry);
+    }
+
+    /// Records that a record of `len` bytes expired at `at` (its bytes are already dead).
+    pub fn note_expired(&mut self, len: u64, at: u64) {
+        self.expired_bytes += len;
+        self.expired_items += 1;
+        self.oldest_expiry = self.oldest_expiry.min(at);
+    }
+
+    /// Share of dead bytes, 0.0 for an empty segment.
+    #[must_use]
+    pub fn dead_share(&self) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            self.dead.min(self.total) as f64 / self.total as f64
+        }
+    }
+}
+
+/// One segment in [`Stats`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SegmentStats {
+    /// File id.
+    pub id: u32,
+    /// Record bytes.
+    pub bytes: u64,
+    /// Share of those bytes that is dead.
+    pub dead_share: f64,
+    /// True for the segment being appended to.
+    pub active: bool,
+}
+
+/// A snapshot of a store's statistics.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Stats {
+    /// Items live now.
+    pub live_items: u64,
+    /// Record bytes of live items.
+    pub live_bytes: u64,
+    /// Items that have expired but whose records are still on disk.
+    pub expired_items: u64,
+    /// Record bytes of those items.
+    pub expired_bytes: u64,
+    /// Bytes of segment files.
+    pub segment_bytes: u64,
+    /// Bytes of hint files.
+    pub hint_bytes: u64,
+    /// All bytes on disk (segments, hints, manifest, clock).
+    pub disk_bytes: u64,
+    /// Number of segments, the active one included.
+    pub segments: usize,
+    /// Per segment.
+    pub per_segment: Vec<SegmentStats>,
+    /// Earliest deadline among expired items not yet purged from disk (Unix seconds).
+    pub oldest_unpurged_expiry: Option<u64>,
+    /// Items expired by the reaper since open.
+    pub expirations: u64,
+    /// Merges run since open.
+    pub merges: u64,
+    /// The last background failure, if any.
+    pub worker_error: Option<String>,
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompactionReport {
+    /// Segments read and rewritten.
+    pub segments_merged: usize,
+    /// Segments deleted without being read (every record dead, nothing to shadow).
+    pub segments_dropped: usize,
+    /// Output segments written.
+    pub segments_written: usize,
+    /// Live records copied.
+    pub records_copied: u64,
+    /// Dead records carried forward as markers (see DESIGN.md "No resurrection").
+    pub markers_written: u64,
+    /// Bytes of the retired segments.
+    pub bytes_before: u64,
+    /// Bytes of the new segments.
+    pub bytes_after: u64,
+}
+
+pub(crate) fn collect(inner: &Inner) -> Stats {
+    let now = inner.now_s();
+    let mut st = Stats::default();
+    let mut oldest = ttl::NEVER;
+    let cores: Vec<_> = inner.catalog.read().by_id.values().cloned().collect();
+    for core in cores {
+        let s = core.state.read();
+        for e in s.map.values() {
+            let at = s.expires_at(e);
+            if ttl::is_expired(at, now) {
+                st.expired_items += 1;
+                st.expired_bytes += u64::from(e.len);
+                oldest = oldest.min(at);
+            } else {
+                st.live_items += 1;
+                st.live_bytes += u64::from(e.len);
+            }
+        }
+    }
+    {
+        let log = inner.log.lock();
+        let active = log.active.id();
+        let mut ids: Vec<_> = log.segstats.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(s) = log.segstats.get(&id) {
+                st.expired_items += s.expired_items;
+                st.expired_bytes += s.expired_bytes;
+                oldest = oldest.min(s.oldest_expiry);
+                st.per_segment.push(SegmentStats {
+                    id,
+                    bytes: s.total,
+                    dead_share: s.dead_share(),
+                    active: id == active,
+                });
+            }
+        }
+    }
+    st.segments = st.per_segment.len();
+    if let Ok(rd) = std::fs::read_dir(&inner.dir) {
+        for entry in rd.flatten() {
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".seg") {
+                st.segment_bytes += len;
+            } else if name.ends_with(".hint") {
+                st.hint_bytes += len;
+            }
+            st.disk_bytes += len;
+        }
+    }
+    st.oldest_unpurged_expiry = (oldest != ttl::NEVER).then_some(oldest);
+    st.expirations = inner.expirations.load(Ordering::Relaxed);
+    st.merges = inner.merges.load(Ordering::Relaxed);
+    st.worker_error.clone_from(&inner.worker_error.lock());
+    st
+}
