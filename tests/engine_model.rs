@@ -1,0 +1,274 @@
+//! Model test: random operation sequences (put, put with TTL, delete, batch, get, range, clock
+//! advance, default-TTL change, expiry pass, compaction, reopen) against a plain in-memory
+//! model that implements SPEC §2 by itself (flag-based expiry, re-checked at every event), so it
+//! shares no code with `ttl.rs`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{clock, opts};
+use ebbdb::clock::ManualClock;
+use ebbdb::{DefaultTtl, Keyspace, Store, Ttl, WriteBatch};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(u8, u8, Option<Ttl>),
+    Delete(u8),
+    Batch(Vec<(u8, Option<u8>)>),
+    Advance(u64),
+    SetDefault(DefaultTtl),
+    Maintain,
+    Compact,
+    CompactFull,
+    Reopen,
+}
+
+fn ttl_strategy() -> impl Strategy<Value = Option<Ttl>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(Ttl::Never)),
+        (1u32..12).prop_map(|n| Some(Ttl::Seconds(n))),
+    ]
+}
+
+fn default_strategy() -> impl Strategy<Value = DefaultTtl> {
+    prop_oneof![
+        Just(DefaultTtl::Off),
+        Just(DefaultTtl::NeverExpire),
+        (1u32..12).prop_map(DefaultTtl::Seconds),
+    ]
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..8, any::<u8>(), ttl_strategy()).prop_map(|(k, v, t)| Op::Put(k, v, t)),
+        2 => (0u8..8).prop_map(Op::Delete),
+        1 => proptest::collection::vec((0u8..8, proptest::option::of(any::<u8>())), 1..5).prop_map(Op::Batch),
+        3 => (0u64..8).prop_map(Op::Advance),
+        1 => default_strategy().prop_map(Op::SetDefault),
+        1 => Just(Op::Maintain),
+        1 => Just(Op::Compact),
+        1 => Just(Op::CompactFull),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Item {
+    value: Vec<u8>,
+    ts: u64,
+    ttl: Option<Ttl>,
+}
+
+/// SPEC §2 written out plainly: an item is flagged expired at the first event at which the
+/// setting in force says `ts + e <= now`; a flag is never cleared.
+#[derive(Debug, Default)]
+struct Model {
+    items: BTreeMap<Vec<u8>, Item>,
+    default: DefaultTtl,
+    now: u64,
+}
+
+impl Model {
+    fn effective(&self, it: &Item) -> Option<u64> {
+        match (self.default, it.ttl) {
+            (DefaultTtl::Off, _) | (_, Some(Ttl::Never)) | (DefaultTtl::NeverExpire, None) => None,
+            (_, Some(Ttl::Seconds(m))) => Some(u64::from(m)),
+            (DefaultTtl::Seconds(n), None) => Some(u64::from(n)),
+        }
+    }
+
+    /// Drops every item the current setting says is expired at `now`.
+    fn settle(&mut self) {
+        let now = self.now;
+        let expired: Vec<Vec<u8>> = self
+            .items
+            .iter()
+            .filter(|(_, it)| self.effective(it).is_some_and(|e| it.ts + e <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in expired {
+            self.items.remove(&k);
+        }
+    }
+
+    fn put(&mut self, k: Vec<u8>, v: Vec<u8>, ttl: Option<Ttl>) {
+        self.items.insert(
+            k,
+            Item {
+                value: v,
+                ts: self.now,
+                ttl,
+            },
+        );
+        self.settle();
+    }
+}
+
+fn key(k: u8) -> Vec<u8> {
+    format!("key-{k}").into_bytes()
+}
+
+fn value(v: u8) -> Vec<u8> {
+    let mut out = vec![v; 40 + usize::from(v % 64)];
+    out.push(b'!');
+    out
+}
+
+fn check(ks: &Keyspace, model: &Model) -> ebbdb::Result<()> {
+    let want: BTreeMap<Vec<u8>, Vec<u8>> = model
+        .items
+        .iter()
+        .map(|(k, it)| (k.clone(), it.value.clone()))
+        .collect();
+    let got: BTreeMap<Vec<u8>, Vec<u8>> = ks.iter().collect::<ebbdb::Result<_>>()?;
+    assert_eq!(got, want, "scan at now={}", model.now);
+    assert_eq!(ks.len()?, want.len(), "len");
+    for k in 0..8u8 {
+        assert_eq!(ks.get(key(k))?, want.get(&key(k)).cloned(), "get {k}");
+    }
+    let range: Vec<Vec<u8>> = ks
+        .range(key(2)..key(5))
+        .map(|r| r.map(|(k, _)| k))
+        .collect::<ebbdb::Result<_>>()?;
+    let want_range: Vec<Vec<u8>> = want.range(key(2)..key(5)).map(|(k, _)| k.clone()).collect();
+    assert_eq!(range, want_range, "range");
+    Ok(())
+}
+
+fn run(ops: &[Op]) -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let c: ManualClock = clock();
+    let open = || Store::open_with(dir.path(), opts(&c));
+    let mut store = open()?;
+    let mut ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    let mut model = Model {
+        now: c.now_secs(),
+        ..Model::default()
+    };
+    for op in ops {
+        match op {
+            Op::Put(k, v, ttl) => {
+                match ttl {
+                    Some(t) => ks.put_with_ttl(key(*k), value(*v), *t)?,
+                    None => ks.put(key(*k), value(*v))?,
+                }
+                model.put(key(*k), value(*v), *ttl);
+            }
+            Op::Delete(k) => {
+                let existed = ks.delete(key(*k))?;
+                assert_eq!(
+                    existed,
+                    model.items.remove(&key(*k)).is_some(),
+                    "delete {k}"
+                );
+            }
+            Op::Batch(writes) => {
+                let mut b = WriteBatch::new();
+                for (k, v) in writes {
+                    match v {
+                        Some(v) => {
+                            b.put(&ks, key(*k), value(*v));
+                        }
+                        None => {
+                            b.delete(&ks, key(*k));
+                        }
+                    }
+                }
+                store.write_batch(b)?;
+                for (k, v) in writes {
+                    match v {
+                        Some(v) => model.put(key(*k), value(*v), None),
+                        None => {
+                            model.items.remove(&key(*k));
+                        }
+                    }
+                }
+            }
+            Op::Advance(s) => {
+                c.advance(Duration::from_secs(*s));
+                model.now += s;
+                model.settle();
+            }
+            Op::SetDefault(d) => {
+                ks.set_default_ttl(*d)?;
+                model.default = *d;
+                model.settle();
+            }
+            Op::Maintain => {
+                store.maintain()?;
+            }
+            Op::Compact => {
+                store.compact()?;
+            }
+            Op::CompactFull => {
+                store.compact_full()?;
+            }
+            Op::Reopen => {
+                drop(ks);
+                drop(store);
+                store = open()?;
+                ks = store.keyspace("ks")?;
+                assert_eq!(ks.default_ttl(), model.default);
+            }
+        }
+        check(&ks, &model)?;
+    }
+    Ok(())
+}
+
+trait NowSecs {
+    fn now_secs(&self) -> u64;
+}
+
+impl NowSecs for ManualClock {
+    fn now_secs(&self) -> u64 {
+        use ebbdb::clock::Clock;
+        self.now_unix_millis() / 1000
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_matches_model(ops in proptest::collection::vec(op_strategy(), 1..60)) {
+        run(&ops).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+}
+
+/// A long fixed sequence exercising rotation, merges with markers, and reopen together.
+#[test]
+fn long_fixed_sequence() -> ebbdb::Result<()> {
+    let mut ops = Vec::new();
+    for round in 0u8..30 {
+        for k in 0u8..8 {
+            let ttl = match (round + k) % 4 {
+                0 => None,
+                1 => Some(Ttl::Never),
+                _ => Some(Ttl::Seconds(u32::from(1 + (k % 5)))),
+            };
+            ops.push(Op::Put(k, round.wrapping_mul(7).wrapping_add(k), ttl));
+        }
+        ops.push(Op::Delete(round % 8));
+        ops.push(Op::Advance(u64::from(round % 4)));
+        if round % 5 == 0 {
+            ops.push(Op::SetDefault(DefaultTtl::Seconds(3)));
+        }
+        if round % 7 == 0 {
+            ops.push(Op::SetDefault(DefaultTtl::Off));
+        }
+        ops.push(if round % 3 == 0 {
+            Op::Compact
+        } else {
+            Op::Maintain
+        });
+        if round % 6 == 5 {
+            ops.push(Op::Reopen);
+        }
+    }
+    run(&ops)
+}
