@@ -16,6 +16,11 @@ use parking_lot::RwLock;
 
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
+/// A key as stored in the key directory: keys up to 16 bytes live inline in the map's nodes, so
+/// comparisons during a lookup do not chase a pointer per key (the difference between one and
+/// several cache misses per tree level).
+pub type Key = smallvec::SmallVec<[u8; 16]>;
+
 /// Location and expiry metadata of a key's newest record (32 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
@@ -47,7 +52,7 @@ impl Entry {
 #[derive(Debug, Default)]
 pub struct KeyspaceState {
     /// Key → newest record.
-    pub map: BTreeMap<Box<[u8]>, Entry>,
+    pub map: BTreeMap<Key, Entry>,
     /// Default-TTL settings, oldest first.
     pub history: Vec<TtlChange>,
 }
@@ -120,7 +125,7 @@ mod tests {
             ttl: 0,
             flags: 0,
         };
-        st.map.insert(b"k".to_vec().into_boxed_slice(), e);
+        st.map.insert(Key::from_slice(b"k"), e);
         assert!(st.live(b"k", 109).is_some());
         assert!(st.live(b"k", 110).is_none());
     }

@@ -340,7 +340,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let mut out_stats: HashMap<u32, SegStats> = written.into_iter().collect();
     for m in moves {
         let mut st = m.ks.state.write();
-        let moved = match st.map.get_mut(&m.key) {
+        let moved = match st.map.get_mut(&*m.key) {
             Some(e) if (e.file, e.offset) == m.from && e.seq == m.seq => {
                 e.file = m.to.0;
                 e.offset = m.to.1;

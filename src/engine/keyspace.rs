@@ -132,7 +132,7 @@ impl Keyspace {
         };
         let existed = self
             .inner()
-            .apply_checked(std::slice::from_ref(&op), false, check)?;
+            .apply_checked(std::slice::from_ref(&op), false, Some(check))?;
         Ok(existed.first().copied().unwrap_or(false))
     }
 

@@ -58,6 +58,9 @@ impl Inner {
                 decode_value(bytes, e, key, s.path())
             }
             SegRef::Active(a) => {
+                if let Some(bytes) = a.read_mapped(e.offset, e.len) {
+                    return decode_value(bytes, e, key, &self.seg_path(e.file));
+                }
                 if let Some(bytes) = a.read_flushed(e.offset, e.len)? {
                     return decode_value(&bytes, e, key, &self.seg_path(e.file));
                 }

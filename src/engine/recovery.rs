@@ -20,7 +20,7 @@ use crate::expiry::wheel::TimerWheel;
 use crate::expiry::Timer;
 use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
 use crate::format::{hint, SegmentHeader};
-use crate::keydir::{Entry, KeyspaceCore, KeyspaceState};
+use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
 use crate::log::lock::DirLock;
 use crate::log::manifest::Manifest;
@@ -31,15 +31,15 @@ use crate::options::{Options, RecoveryMode};
 use crate::stats::SegStats;
 use crate::ttl;
 
-/// A record seen during recovery: the newest per key wins.
-struct Seen {
-    entry: Entry,
-    tombstone: bool,
-}
+/// In-memory-only flag marking a loaded tombstone (record flags use bits 0–2).
+const LOADED_TOMBSTONE: u8 = 0x80;
 
+/// Every put and tombstone seen, per keyspace, in no particular order. Sorting by key and then
+/// by sequence (newest first) and keeping the first of each key picks the newest record; the
+/// sorted result bulk-builds the key directory with full B-tree nodes.
 #[derive(Default)]
 struct Loader {
-    keys: HashMap<u32, HashMap<Box<[u8]>, Seen>>,
+    keys: HashMap<u32, Vec<(Key, Entry)>>,
     max_seq: u64,
     max_write_ms: u64,
     stats: HashMap<u32, SegStats>,
@@ -53,26 +53,24 @@ impl Loader {
         if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
             s.shadowing += 1;
         }
-        let seen = Seen {
-            entry: Entry {
-                seq: meta.seq,
-                file,
-                offset,
-                len,
-                ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
-                ttl: meta.ttl.to_wire(),
-                flags: meta.flags,
-            },
-            tombstone: meta.kind == Kind::Tombstone,
+        let tombstone = if meta.kind == Kind::Tombstone {
+            LOADED_TOMBSTONE
+        } else {
+            0
         };
-        let map = self.keys.entry(meta.keyspace).or_default();
-        match map.get_mut(key) {
-            Some(old) if old.entry.seq >= meta.seq => {}
-            Some(old) => *old = seen,
-            None => {
-                map.insert(key.into(), seen);
-            }
-        }
+        let entry = Entry {
+            seq: meta.seq,
+            file,
+            offset,
+            len,
+            ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
+            ttl: meta.ttl.to_wire(),
+            flags: meta.flags | tombstone,
+        };
+        self.keys
+            .entry(meta.keyspace)
+            .or_default()
+            .push((Key::from_slice(key), entry));
     }
 }
 
@@ -100,7 +98,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let active_id = manifest.active.ok_or_else(|| {
         Error::corruption(dir.join("MANIFEST"), 0, "manifest names no active segment")
     })?;
-    let active = load_active(dir, active_id, &mut loader)?;
+    let active = load_active(dir, active_id, opts.segment_size, &mut loader)?;
 
     // Build the catalogue and the key directories.
     let now_floor_s = clock_state.high_water.max(loader.max_write_ms / 1000);
@@ -115,33 +113,32 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             history: meta.history.clone(),
             ..KeyspaceState::default()
         };
-        if let Some(keys) = loader.keys.remove(&meta.id) {
-            let mut pairs: Vec<(Box<[u8]>, Seen)> = keys.into_iter().collect();
-            pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let mut map = BTreeMap::new();
-            for (key, seen) in pairs {
-                if seen.tombstone {
-                    continue;
+        if let Some(mut pairs) = loader.keys.remove(&meta.id) {
+            pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.seq.cmp(&a.1.seq)));
+            pairs.dedup_by(|later, kept| later.0 == kept.0);
+            pairs.retain(|(key, e)| {
+                if e.flags & LOADED_TOMBSTONE != 0 {
+                    return false;
                 }
-                let at = state.expires_at(&seen.entry);
+                let at = state.expires_at(e);
                 if at <= clock_state.reaped_upto {
                     // Expired and already reported before the last close: free it now.
-                    dead.push((seen.entry.file, u64::from(seen.entry.len), true, at));
-                    continue;
+                    dead.push((e.file, u64::from(e.len), true, at));
+                    return false;
                 }
                 if at != ttl::NEVER {
                     wheel.insert(
                         at,
                         Timer {
                             keyspace: meta.id,
-                            key: key.clone(),
-                            seq: seen.entry.seq,
+                            key: key.as_slice().into(),
+                            seq: e.seq,
                         },
                     );
                 }
-                map.insert(key, seen.entry);
-            }
-            state.map = map;
+                true
+            });
+            state.map = pairs.into_iter().collect::<BTreeMap<_, _>>();
         }
         let core = Arc::new(KeyspaceCore {
             id: meta.id,
@@ -200,6 +197,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         closed: AtomicBool::new(false),
         hw_ms: AtomicU64::new(now_ms),
         persisted_s: AtomicU64::new(clock_state.high_water),
+        clock_sync: clockfile.syncer()?,
         clockfile: Mutex::new((clockfile, clock_state)),
         expiry: Mutex::new(ExpiryState {
             wheel,
@@ -236,7 +234,7 @@ fn init(dir: &Path) -> Result<Manifest> {
         active: Some(1),
         keyspaces: Vec::new(),
     };
-    ActiveWriter::create(dir, 1, 1)?;
+    ActiveWriter::create(dir, 1, 1, 0)?;
     manifest.store(dir)?;
     Ok(manifest)
 }
@@ -311,7 +309,7 @@ fn load_sealed(
     Ok(Some(seg))
 }
 
-fn load_active(dir: &Path, id: u32, loader: &mut Loader) -> Result<ActiveWriter> {
+fn load_active(dir: &Path, id: u32, map_len: u64, loader: &mut Loader) -> Result<ActiveWriter> {
     let path = segment_path(dir, id);
     let bytes = std::fs::read(&path)?;
     let header = SegmentHeader::decode(&bytes)
@@ -331,5 +329,5 @@ fn load_active(dir: &Path, id: u32, loader: &mut Loader) -> Result<ActiveWriter>
     let valid = end.valid_len() as u64;
     loader.stats.entry(id).or_default().total =
         valid.saturating_sub(crate::format::SEGMENT_HEADER_LEN as u64);
-    Ok(ActiveWriter::reopen(dir, header, valid)?)
+    Ok(ActiveWriter::reopen(dir, header, valid, map_len)?)
 }

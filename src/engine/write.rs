@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
-use crate::keydir::{Entry, KeyspaceCore, KeyspaceState};
+use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
 use crate::log::manifest::KeyspaceMeta;
 use crate::log::segment::Segment;
@@ -74,7 +74,7 @@ pub(crate) type Existed = Vec<bool>;
 impl Inner {
     /// Applies `ops` (a batch when `atomic`), returning for each whether the key was live before.
     pub(crate) fn apply(&self, ops: &[Op], atomic: bool) -> Result<Existed> {
-        self.apply_checked(ops, atomic, |_| Ok(()))
+        self.apply_checked(ops, atomic, None::<fn(Option<&[u8]>) -> Result<()>>)
     }
 
     /// As [`Inner::apply`], but first calls `check` with the first op's live value (if any)
@@ -83,7 +83,7 @@ impl Inner {
         &self,
         ops: &[Op],
         atomic: bool,
-        check: impl FnOnce(Option<&[u8]>) -> Result<()>,
+        check: Option<impl FnOnce(Option<&[u8]>) -> Result<()>>,
     ) -> Result<Existed> {
         for op in ops {
             if op.ks.dropped.load(Ordering::Acquire) {
@@ -102,7 +102,7 @@ impl Inner {
         let (existed, pos) = {
             let mut log = self.log.lock();
             self.check_writable()?;
-            if let Some(first) = ops.first() {
+            if let (Some(check), Some(first)) = (check, ops.first()) {
                 let found = {
                     let st = first.ks.state.read();
                     self.lookup(&st, &first.key, now)
@@ -125,64 +125,79 @@ impl Inner {
                 existed.push(live);
                 let writes = op.put.is_some() || live;
                 write.push((writes, live));
-                overlay.insert((op.ks.id, op.key.as_slice()), op.put.is_some());
+                if ops.len() > 1 {
+                    overlay.insert((op.ks.id, op.key.as_slice()), op.put.is_some());
+                }
             }
             let count = write.iter().filter(|(w, _)| *w).count();
             if count == 0 {
                 return Ok(existed);
             }
             let batch = atomic && count > 1;
-            // 2. Encode and append.
-            let mut buf = Vec::new();
+            // 2. Encode straight into the active buffer (after making room for the total).
+            let total: usize = usize::from(batch) * record::encoded_len(0, 4)
+                + ops
+                    .iter()
+                    .zip(&write)
+                    .filter(|(_, (w, _))| *w)
+                    .map(|(op, _)| {
+                        record::encoded_len(
+                            op.key.len(),
+                            op.put.as_ref().map_or(0, |(v, _)| v.len()),
+                        )
+                    })
+                    .sum::<usize>();
+            self.make_room(&mut log, total as u64)?;
             let mut seq = log.next_seq;
-            if batch {
-                let header = Meta {
-                    kind: Kind::BatchHeader,
-                    flags: 0,
-                    keyspace: 0,
-                    ttl: ItemTtl::Inherit,
-                    seq,
-                    write_ms: now_ms,
-                };
-                let n = u32::try_from(count).unwrap_or(u32::MAX);
-                record::encode(&mut buf, &header, &[], &n.to_le_bytes());
-                seq += 1;
-            }
             let mut placed = Vec::with_capacity(count);
-            for (op, &(writes, live)) in ops.iter().zip(&write) {
-                if !writes {
-                    continue;
-                }
-                let (kind, value, ttl) = match &op.put {
-                    Some((v, t)) => (Kind::Put, v.as_slice(), *t),
-                    None => (Kind::Tombstone, &[][..], ItemTtl::Inherit),
-                };
-                let mut flags = if live { FLAG_SHADOWS } else { 0 };
+            let base = log.active.append_with(|buf| {
+                let start = buf.len();
                 if batch {
-                    flags |= FLAG_IN_BATCH;
+                    let header = Meta {
+                        kind: Kind::BatchHeader,
+                        flags: 0,
+                        keyspace: 0,
+                        ttl: ItemTtl::Inherit,
+                        seq,
+                        write_ms: now_ms,
+                    };
+                    let n = u32::try_from(count).unwrap_or(u32::MAX);
+                    record::encode(buf, &header, &[], &n.to_le_bytes());
+                    seq += 1;
                 }
-                let meta = Meta {
-                    kind,
-                    flags,
-                    keyspace: op.ks.id,
-                    ttl,
-                    seq,
-                    write_ms: now_ms,
-                };
-                let at = buf.len();
-                record::encode(&mut buf, &meta, &op.key, value);
-                placed.push((op, meta, at, buf.len() - at));
-                seq += 1;
-            }
-            self.make_room(&mut log, buf.len() as u64)?;
+                for (op, &(writes, live)) in ops.iter().zip(&write) {
+                    if !writes {
+                        continue;
+                    }
+                    let (kind, value, ttl) = match &op.put {
+                        Some((v, t)) => (Kind::Put, v.as_slice(), *t),
+                        None => (Kind::Tombstone, &[][..], ItemTtl::Inherit),
+                    };
+                    let mut flags = if live { FLAG_SHADOWS } else { 0 };
+                    if batch {
+                        flags |= FLAG_IN_BATCH;
+                    }
+                    let meta = Meta {
+                        kind,
+                        flags,
+                        keyspace: op.ks.id,
+                        ttl,
+                        seq,
+                        write_ms: now_ms,
+                    };
+                    let at = buf.len() - start;
+                    record::encode(buf, &meta, &op.key, value);
+                    placed.push((op, meta, at, buf.len() - start - at));
+                    seq += 1;
+                }
+            });
             log.next_seq = seq;
-            let base = log.active.append(&buf);
             let file = log.active.id();
-            log.appended += buf.len() as u64;
+            log.appended += total as u64;
             // 3. Apply to the key directory and account dead bytes.
             let mut dead: Vec<(u32, u64)> = Vec::new();
             let mut added = SegStats {
-                total: buf.len() as u64,
+                total: total as u64,
                 ..SegStats::default()
             };
             if batch {
@@ -212,12 +227,12 @@ impl Inner {
                                 deadline,
                                 Timer {
                                     keyspace: op.ks.id,
-                                    key: op.key.clone().into_boxed_slice(),
+                                    key: op.key.as_slice().into(),
                                     seq: meta.seq,
                                 },
                             ));
                         }
-                        st.map.insert(op.key.clone().into_boxed_slice(), entry)
+                        st.map.insert(Key::from_slice(&op.key), entry)
                     }
                     _ => {
                         added.dead += len as u64;
@@ -281,7 +296,7 @@ impl Inner {
             }
         };
         let new_id = log.manifest.next_file_id;
-        let fresh = ActiveWriter::create(&self.dir, new_id, log.next_seq)?;
+        let fresh = ActiveWriter::create(&self.dir, new_id, log.next_seq, self.opts.segment_size)?;
         let mut manifest = log.manifest.clone();
         manifest.next_file_id = new_id + 1;
         manifest.next_seq = log.next_seq;
@@ -425,7 +440,7 @@ impl Inner {
             let deadline = st.expires_at(e);
             let earlier = ttl::expires_at(u64::from(e.ts), e.own_ttl(), &before);
             if deadline != ttl::NEVER && deadline < earlier {
-                timers.push((deadline, key.clone(), e.seq));
+                timers.push((deadline, Box::<[u8]>::from(key.as_slice()), e.seq));
             }
         }
         drop(st);

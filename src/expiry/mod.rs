@@ -58,7 +58,7 @@ impl Inner {
                 continue;
             };
             let mut st = core.state.write();
-            let Some(e) = st.map.get(&timer.key).copied() else {
+            let Some(e) = st.map.get(&*timer.key).copied() else {
                 continue;
             };
             if e.seq != timer.seq {
@@ -66,7 +66,7 @@ impl Inner {
             }
             let at = st.expires_at(&e);
             if at <= now {
-                st.map.remove(&timer.key);
+                st.map.remove(&*timer.key);
                 drop(st);
                 dead.push((e.file, u64::from(e.len), at));
                 events.push(ExpiryEvent {

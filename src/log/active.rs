@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::mmap::{map_active, ActiveMap};
 use super::segment_path;
 use crate::format::{SegmentHeader, SEGMENT_HEADER_LEN};
 
@@ -28,6 +29,9 @@ pub struct ActiveFile {
     pub file: File,
     /// Bytes of the file that hold written records (header included).
     pub flushed: AtomicU64,
+    /// Read-only mapping of the file (its flushed prefix is read from here); `None` if the
+    /// mapping failed, in which case reads use `pread`.
+    map: Option<ActiveMap>,
 }
 
 impl ActiveFile {
@@ -40,9 +44,33 @@ impl ActiveFile {
         if end > self.flushed.load(Ordering::Acquire) {
             return Ok(None);
         }
+        if let Some(bytes) = self.read_mapped(offset, len) {
+            return Ok(Some(bytes.to_vec()));
+        }
         let mut buf = vec![0u8; len as usize];
         self.file.read_exact_at(&mut buf, u64::from(offset))?;
         Ok(Some(buf))
+    }
+}
+
+impl ActiveFile {
+    /// The flushed record at `offset` straight from the mapping, if it is there.
+    #[must_use]
+    pub fn read_mapped(&self, offset: u32, len: u32) -> Option<&[u8]> {
+        let flushed = self.flushed.load(Ordering::Acquire);
+        self.map
+            .as_ref()?
+            .slice(u64::from(offset), u64::from(len), flushed)
+    }
+
+    fn new(id: u32, file: File, flushed: u64, map_len: u64) -> Self {
+        let map = map_active(&file, map_len.max(flushed)).ok();
+        Self {
+            id,
+            file,
+            flushed: AtomicU64::new(flushed),
+            map,
+        }
     }
 }
 
@@ -64,7 +92,7 @@ impl ActiveWriter {
     ///
     /// # Errors
     /// Any OS error.
-    pub fn create(dir: &Path, id: u32, created_seq: u64) -> io::Result<Self> {
+    pub fn create(dir: &Path, id: u32, created_seq: u64, map_len: u64) -> io::Result<Self> {
         let header = SegmentHeader { id, created_seq };
         let file = OpenOptions::new()
             .create_new(true)
@@ -75,11 +103,7 @@ impl ActiveWriter {
         file.sync_all()?;
         let len = SEGMENT_HEADER_LEN as u64;
         Ok(Self {
-            shared: Arc::new(ActiveFile {
-                id,
-                file,
-                flushed: AtomicU64::new(len),
-            }),
+            shared: Arc::new(ActiveFile::new(id, file, len, map_len)),
             header,
             buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
             len,
@@ -91,7 +115,12 @@ impl ActiveWriter {
     ///
     /// # Errors
     /// Any OS error.
-    pub fn reopen(dir: &Path, header: SegmentHeader, valid_len: u64) -> io::Result<Self> {
+    pub fn reopen(
+        dir: &Path,
+        header: SegmentHeader,
+        valid_len: u64,
+        map_len: u64,
+    ) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -101,11 +130,7 @@ impl ActiveWriter {
             file.sync_all()?;
         }
         Ok(Self {
-            shared: Arc::new(ActiveFile {
-                id: header.id,
-                file,
-                flushed: AtomicU64::new(valid_len),
-            }),
+            shared: Arc::new(ActiveFile::new(header.id, file, valid_len, map_len)),
             header,
             buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
             len: valid_len,
@@ -135,6 +160,15 @@ impl ActiveWriter {
         let at = self.len;
         self.buf.extend_from_slice(bytes);
         self.len += bytes.len() as u64;
+        at
+    }
+
+    /// Appends whatever `encode` writes into the buffer, returning the offset where it starts.
+    pub fn append_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> u64 {
+        let at = self.len;
+        let before = self.buf.len();
+        encode(&mut self.buf);
+        self.len += (self.buf.len() - before) as u64;
         at
     }
 

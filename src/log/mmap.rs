@@ -34,3 +34,45 @@ pub fn map_sealed(file: &File) -> io::Result<Option<Mmap>> {
     }
     Ok(Some(map))
 }
+
+/// A read-only mapping of the *active* segment, of a fixed length that may run past the end of
+/// the file. Only the flushed prefix is ever turned into a slice.
+#[derive(Debug)]
+pub struct ActiveMap {
+    raw: memmap2::MmapRaw,
+}
+
+/// Maps `len` bytes of the active segment `file` read-only (no slice is created here).
+///
+/// # Errors
+/// The OS error from `mmap`.
+pub fn map_active(file: &File, len: u64) -> io::Result<ActiveMap> {
+    let len = usize::try_from(len).map_err(|_| io::Error::other("mapping too large"))?;
+    let raw = memmap2::MmapOptions::new()
+        .len(len)
+        .map_raw_read_only(file)?;
+    Ok(ActiveMap { raw })
+}
+
+impl ActiveMap {
+    /// The `len` bytes at `offset`, if they lie entirely below `flushed` (the part of the file
+    /// that has been written and is never written again) and inside the mapping.
+    #[must_use]
+    pub fn slice(&self, offset: u64, len: u64, flushed: u64) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        if end > flushed || end > self.raw.len() as u64 {
+            return None;
+        }
+        let offset = usize::try_from(offset).ok()?;
+        let len = usize::try_from(len).ok()?;
+        // SAFETY: [offset, offset + len) lies inside the mapping (checked above) and below
+        // `flushed`, which the writer publishes with Release after `pwrite` returned, so these
+        // bytes are in the file (no SIGBUS: the file is at least `flushed` long; it is only ever
+        // truncated at open, before it is mapped) and, the log being append-only, they are never
+        // written again while this mapping exists. MAP_SHARED mappings and `pwrite` share the
+        // page cache, so the mapping shows the written bytes. The slice borrows `self`, which
+        // keeps the mapping alive.
+        let bytes = unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(offset), len) };
+        Some(bytes)
+    }
+}
