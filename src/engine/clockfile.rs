@@ -20,7 +20,8 @@ use byteorder::{ByteOrder, LittleEndian as LE};
 const MAGIC: [u8; 8] = *b"EBBDBCLK";
 const LEN: usize = 28;
 
-/// The open `CLOCK` file.
+/// The open `CLOCK` file. Writes go through the owner (under a mutex, one short `pwrite`);
+/// [`ClockFile::syncer`] gives a second handle so an fsync never holds that mutex.
 #[derive(Debug)]
 pub struct ClockFile {
     file: File,
@@ -74,12 +75,12 @@ impl ClockFile {
         self.file.write_all_at(&b, 0)
     }
 
-    /// fsyncs the file.
+    /// A second handle to the same file, for fsyncing without the write mutex.
     ///
     /// # Errors
-    /// The OS error from `fdatasync`.
-    pub fn sync(&self) -> io::Result<()> {
-        self.file.sync_data()
+    /// The OS error from `dup`.
+    pub fn syncer(&self) -> io::Result<File> {
+        self.file.try_clone()
     }
 }
 

@@ -89,6 +89,8 @@ pub(crate) struct Inner {
     hw_ms: AtomicU64,
     persisted_s: AtomicU64,
     clockfile: Mutex<(ClockFile, ClockState)>,
+    /// Second handle to `CLOCK`, fsynced without holding `clockfile`.
+    clock_sync: std::fs::File,
     pub(crate) expiry: Mutex<ExpiryState>,
     pub(crate) subscribers: Mutex<Vec<Sender<ExpiryEvent>>>,
     pub(crate) expirations: AtomicU64,
@@ -326,11 +328,13 @@ impl Inner {
     }
 
     /// Records the high-water second (and optionally reaped-up-to) in `CLOCK`, without fsync.
+    /// The mutex is held only for one 28-byte `pwrite`, never across an fsync.
     fn persist_clock(&self, secs: u64, reaped_upto: Option<u64>) {
-        let Some(mut guard) = self.clockfile.try_lock() else {
-            return;
-        };
+        let mut guard = self.clockfile.lock();
         let (file, state) = &mut *guard;
+        if secs <= state.high_water && reaped_upto.is_none() {
+            return; // another thread recorded this second first
+        }
         state.high_water = state.high_water.max(secs);
         if let Some(r) = reaped_upto {
             state.reaped_upto = state.reaped_upto.max(r);
@@ -424,8 +428,7 @@ impl Inner {
         self.check_writable()?;
         let pos = self.log.lock().appended;
         self.sync_to(pos)?;
-        let guard = self.clockfile.lock();
-        guard.0.sync()?;
+        self.clock_sync.sync_data()?;
         Ok(())
     }
 
@@ -436,12 +439,13 @@ impl Inner {
         if let Some(w) = self.worker.lock().take() {
             w.shutdown();
         }
+        // The last `now` any call used must survive the close, even if no call wrote it yet.
+        self.persist_clock(self.hw_ms.load(Ordering::Acquire) / 1000, None);
         if !self.poisoned.load(Ordering::Acquire) {
             let pos = self.log.lock().appended;
             let _ = self.sync_to(pos);
-            let guard = self.clockfile.lock();
-            let _ = guard.0.sync();
         }
+        let _ = self.clock_sync.sync_data();
     }
 
     pub(crate) fn keyspace_by_id(&self, id: u32) -> Option<Arc<KeyspaceCore>> {
@@ -455,7 +459,7 @@ impl Inner {
         {
             let pos = self.log.lock().appended;
             self.sync_to(pos)?;
-            self.clockfile.lock().0.sync()?;
+            self.clock_sync.sync_data()?;
         }
         Ok(())
     }
