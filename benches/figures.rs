@@ -1,0 +1,263 @@
+//! The engine's headline figures at 1 M keys, printed as a table (not criterion: each figure is
+//! one long run, and RSS must be read around a single load).
+//!
+//! Run: `cargo bench --bench figures` (EBBDB_KEYS=200000 for a quicker run).
+//! 16-byte keys, 100-byte values, `SyncPolicy::Never` unless said.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ebbdb::{ContainerProperties, Database, DefaultTtl, Options, Store, SyncPolicy};
+
+fn keys(n: usize) -> Vec<[u8; 16]> {
+    // A fixed permutation (multiplicative hash) so inserts arrive in random key order.
+    (0..n as u64)
+        .map(|i| {
+            let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ 0xA5A5_A5A5;
+            let mut k = [0u8; 16];
+            k[..8].copy_from_slice(&x.to_be_bytes());
+            k[8..].copy_from_slice(&i.to_be_bytes());
+            k
+        })
+        .collect()
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn rate(n: usize, d: Duration) -> String {
+    format!("{:>10.0} ops/s", n as f64 / d.as_secs_f64())
+}
+
+/// Child mode: open the store in `dir` in a fresh process and print its RSS growth per key.
+fn rss_child(dir: &str, n: usize) -> ebbdb::Result<()> {
+    let before = rss_bytes();
+    let store = Store::open_with(dir, Options::default())?;
+    let after = rss_bytes();
+    assert_eq!(store.keyspace("bench")?.len()?, n);
+    println!("{:.1}", after.saturating_sub(before) as f64 / n as f64);
+    Ok(())
+}
+
+fn main() -> ebbdb::Result<()> {
+    if let Ok(dir) = std::env::var("EBBDB_RSS_CHILD") {
+        let n = std::env::var("EBBDB_KEYS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        return rss_child(&dir, n);
+    }
+    let n: usize = std::env::var("EBBDB_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let ks_bytes = keys(n);
+    let value = [7u8; 100];
+    let dir = tempfile::tempdir()?;
+    println!("ebbdb figures, {n} keys, 16-byte keys, 100-byte values");
+
+    // Insert throughput, random order, no fsync.
+    {
+        let store = Store::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
+        let ks = store.create_keyspace("bench", DefaultTtl::Off)?;
+        let t = Instant::now();
+        for k in &ks_bytes {
+            ks.put(k, value)?;
+        }
+        store.sync()?;
+        println!(
+            "insert (1 thread, random order)        {}",
+            rate(n, t.elapsed())
+        );
+
+        // Warm random gets.
+        let mut idx: Vec<usize> = (0..n).collect();
+        let mut x = 0x1234_5678_u64;
+        for i in (1..n).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            idx.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let t = Instant::now();
+        let mut found = 0usize;
+        for &i in &idx {
+            found += usize::from(ks.get(ks_bytes[i])?.is_some());
+        }
+        assert_eq!(found, n);
+        println!(
+            "get (1 thread, uniform random, warm)    {}",
+            rate(n, t.elapsed())
+        );
+    }
+
+    // Open (recovery) time with hints and without, and RSS per key.
+    {
+        // Let the worker write hints for every sealed segment.
+        let store = Store::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
+        store.compact_full()?;
+        drop(store);
+        let t = Instant::now();
+        let store = Store::open_with(dir.path(), Options::default().use_hints(false))?;
+        let no_hints = t.elapsed();
+        drop(store);
+        let t = Instant::now();
+        let store = Store::open_with(dir.path(), Options::default())?;
+        let with_hints = t.elapsed();
+        assert_eq!(store.keyspace("bench")?.len()?, n);
+        drop(store);
+        println!(
+            "open without hints                      {:>10.3} s",
+            no_hints.as_secs_f64()
+        );
+        println!(
+            "open with hints                         {:>10.3} s  ({:.1}x faster)",
+            with_hints.as_secs_f64(),
+            no_hints.as_secs_f64() / with_hints.as_secs_f64()
+        );
+        // RSS in a fresh process: memory freed earlier in this one would hide growth.
+        let out = std::process::Command::new(std::env::current_exe()?)
+            .env("EBBDB_RSS_CHILD", dir.path())
+            .env("EBBDB_KEYS", n.to_string())
+            .output()?;
+        let per_key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        println!("RSS growth per key after open           {per_key:>10} bytes (key bytes: 16)");
+    }
+
+    // Durable puts: 1 thread vs 4 threads (group commit).
+    for threads in [1usize, 4] {
+        let d = tempfile::tempdir()?;
+        let store = Store::open_with(d.path(), Options::default().sync(SyncPolicy::Always))?;
+        let ks = store.create_keyspace("d", DefaultTtl::Off)?;
+        let per = 2_000;
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for th in 0..threads {
+                let ks = ks.clone();
+                let ks_bytes = &ks_bytes;
+                s.spawn(move || {
+                    for i in 0..per {
+                        let _ = ks.put(ks_bytes[(th * per + i) % ks_bytes.len()], value);
+                    }
+                });
+            }
+        });
+        println!(
+            "durable put (fsync), {threads} thread(s)         {}",
+            rate(threads * per, t.elapsed())
+        );
+    }
+
+    // Document layer vs engine on the same bytes: 1 KiB JSON documents.
+    {
+        let d = tempfile::tempdir()?;
+        let docs = 50_000usize.min(n);
+        let db = Database::open_with(d.path(), Options::default().sync(SyncPolicy::Never))?;
+        let c = db.create_container(
+            ContainerProperties::new("c", "/pk").with_default_ttl(DefaultTtl::Seconds(3600)),
+        )?;
+        let filler = "x".repeat(900);
+        let items: Vec<serde_json::Value> = (0..docs)
+            .map(|i| serde_json::json!({"id": format!("item{i}"), "pk": format!("p{}", i % 100), "body": filler}))
+            .collect();
+        let raw: Vec<Vec<u8>> = items
+            .iter()
+            .map(|v| serde_json::to_vec(v).unwrap_or_default())
+            .collect();
+        let t = Instant::now();
+        for it in &items {
+            c.create_item(it)?;
+        }
+        let doc_create = t.elapsed();
+        let t = Instant::now();
+        for i in 0..docs {
+            let _: serde_json::Value = c.read_item(format!("p{}", i % 100), &format!("item{i}"))?;
+        }
+        let doc_read = t.elapsed();
+        let t = Instant::now();
+        for it in &items {
+            c.upsert_item(it)?;
+        }
+        let doc_upsert = t.elapsed();
+        let ks = db
+            .store()
+            .create_keyspace("raw", DefaultTtl::Seconds(3600))?;
+        let t = Instant::now();
+        for (i, r) in raw.iter().enumerate() {
+            ks.put(format!("p{}/item{i}", i % 100), r)?;
+        }
+        let raw_put = t.elapsed();
+        let t = Instant::now();
+        for i in 0..docs {
+            let _ = ks.get(format!("p{}/item{i}", i % 100))?;
+        }
+        let raw_get = t.elapsed();
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        println!(
+            "doc create_item (1 KiB)                 {}  ({:.2}x engine put)",
+            rate(docs, doc_create),
+            ratio(doc_create, raw_put)
+        );
+        println!(
+            "doc upsert_item (1 KiB)                 {}  ({:.2}x engine put)",
+            rate(docs, doc_upsert),
+            ratio(doc_upsert, raw_put)
+        );
+        println!(
+            "doc read_item   (1 KiB)                 {}  ({:.2}x engine get)",
+            rate(docs, doc_read),
+            ratio(doc_read, raw_get)
+        );
+        println!(
+            "engine put      (same bytes)            {}",
+            rate(docs, raw_put)
+        );
+        println!(
+            "engine get      (same bytes)            {}",
+            rate(docs, raw_get)
+        );
+
+        // Two threads.
+        let c = Arc::new(c);
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for th in 0..2 {
+                let c = Arc::clone(&c);
+                let items = &items;
+                s.spawn(move || {
+                    for it in items.iter().skip(th).step_by(2) {
+                        let _ = c.upsert_item(it);
+                    }
+                });
+            }
+        });
+        let doc2 = t.elapsed();
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for th in 0..2 {
+                let ks = ks.clone();
+                let raw = &raw;
+                s.spawn(move || {
+                    for (i, r) in raw.iter().enumerate().skip(th).step_by(2) {
+                        let _ = ks.put(format!("p{}/item{i}", i % 100), r);
+                    }
+                });
+            }
+        });
+        let raw2 = t.elapsed();
+        println!(
+            "doc upsert_item, 2 threads              {}  ({:.2}x engine put, 2 threads)",
+            rate(docs, doc2),
+            ratio(doc2, raw2)
+        );
+    }
+    Ok(())
+}
