@@ -18,7 +18,7 @@ use super::database::Database;
 use super::partition::{self, PartitionKey};
 use super::properties::ContainerProperties;
 use super::validate;
-use crate::engine::{Iter, Keyspace};
+use crate::engine::{Current, Iter, Keyspace};
 use crate::error::{Error, Result};
 use crate::ttl::ItemTtl;
 
@@ -101,12 +101,12 @@ impl Container {
         let value = serde_json::to_value(item)
             .map_err(|e| Error::BadRequest(format!("item is not valid JSON: {e}")))?;
         validate::item_object(&value)?;
+        let pk = partition::extract(&value, &self.props.partition_key_path)?;
         let Value::Object(mut map) = value else {
             return Err(Error::BadRequest("item must be a JSON object".into()));
         };
         let id = validate::validate_id(map.get("id"))?.to_string();
         let ttl = validate::parse_item_ttl(map.get("ttl"))?;
-        let pk = partition::extract(&Value::Object(map.clone()), &self.props.partition_key_path)?;
         validate::strip_system_properties(&mut map);
         let now_ms = self.ks.store().now_unix_millis();
         map.insert("_ts".into(), Value::from(now_ms / 1000));
@@ -140,9 +140,12 @@ impl Container {
     pub fn create_item(&self, item: &impl Serialize) -> Result<Value> {
         let (p, _, id) = self.prepare(item)?;
         self.ks
-            .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| match cur {
-                Some(_) => Err(Error::Conflict(format!("item '{id}' already exists"))),
-                None => Ok(()),
+            .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| {
+                if cur.exists() {
+                    Err(Error::Conflict(format!("item '{id}' already exists")))
+                } else {
+                    Ok(())
+                }
             })?;
         Ok(p.stored)
     }
@@ -162,10 +165,14 @@ impl Container {
     /// As [`Container::upsert_item`], plus 404/412 for `if_match`.
     pub fn upsert_item_with(&self, item: &impl Serialize, opts: &ItemOptions) -> Result<Value> {
         let (p, _, id) = self.prepare(item)?;
-        self.ks
-            .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| {
-                check_etag(&id, cur, opts, false)
-            })?;
+        if opts.if_match.is_none() {
+            self.ks.write_unchecked(&p.key, (p.bytes, p.ttl))?;
+        } else {
+            self.ks
+                .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| {
+                    check_etag(&id, cur, opts, false)
+                })?;
+        }
         Ok(p.stored)
     }
 
@@ -291,15 +298,16 @@ impl Container {
     }
 }
 
-fn check_etag(id: &str, cur: Option<&[u8]>, opts: &ItemOptions, must_exist: bool) -> Result<()> {
-    let Some(cur) = cur else {
+fn check_etag(id: &str, cur: &Current<'_>, opts: &ItemOptions, must_exist: bool) -> Result<()> {
+    if !cur.exists() {
         if must_exist || opts.if_match.is_some() {
             return Err(Error::NotFound(format!("item '{id}'")));
         }
         return Ok(());
-    };
+    }
     if let Some(want) = &opts.if_match {
-        let v: Map<String, Value> = serde_json::from_slice(cur).unwrap_or_default();
+        let bytes = cur.value()?.unwrap_or_default();
+        let v: Map<String, Value> = serde_json::from_slice(&bytes).unwrap_or_default();
         if v.get("_etag").and_then(Value::as_str) != Some(want.as_str()) {
             return Err(Error::PreconditionFailed(format!(
                 "item '{id}' has changed (etag does not match)"

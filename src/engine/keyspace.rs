@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::read::SegRef;
+use super::write::Current;
 use super::write::Op;
 use super::{Inner, Store};
 use crate::error::{Error, Result};
@@ -117,13 +118,18 @@ impl Keyspace {
         Ok(existed.first().copied().unwrap_or(false))
     }
 
-    /// Compare-and-write for the document layer: `check` sees the live value (if any) under
+    /// A put with its own TTL setting as the record carries it (for the document layer).
+    pub(crate) fn write_unchecked(&self, key: &[u8], put: (Vec<u8>, ItemTtl)) -> Result<bool> {
+        self.write_one(key, Some(put))
+    }
+
+    /// Compare-and-write for the document layer: `check` sees the live version (if any) under
     /// the write lock and may refuse the write.
     pub(crate) fn write_checked(
         &self,
         key: &[u8],
         put: Option<(Vec<u8>, ItemTtl)>,
-        check: impl FnOnce(Option<&[u8]>) -> Result<()>,
+        check: impl FnOnce(&Current<'_>) -> Result<()>,
     ) -> Result<bool> {
         let op = Op {
             ks: Arc::clone(&self.core),

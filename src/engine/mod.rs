@@ -19,6 +19,7 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
+pub(crate) use write::Current;
 
 use crate::error::{Error, Result};
 use crate::expiry::wheel::TimerWheel;

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::read::SegRef;
 use super::{Inner, LogState};
 use crate::error::{Error, Result};
 use crate::expiry::worker::Message;
@@ -71,10 +72,37 @@ fn check_default(default: DefaultTtl) -> Result<()> {
 /// What a write did to each op: whether a live version existed before it.
 pub(crate) type Existed = Vec<bool>;
 
+/// The live version of a key as seen by a compare-and-write check, under the log mutex. The
+/// value is read only if the check asks for it.
+pub(crate) struct Current<'a> {
+    inner: &'a Inner,
+    log: &'a LogState,
+    key: &'a [u8],
+    found: Option<(Entry, SegRef)>,
+}
+
+impl Current<'_> {
+    /// True if the key has a live version.
+    pub(crate) fn exists(&self) -> bool {
+        self.found.is_some()
+    }
+
+    /// The live value, if any.
+    pub(crate) fn value(&self) -> Result<Option<Vec<u8>>> {
+        match &self.found {
+            Some((e, seg)) => self
+                .inner
+                .read_value_locked(self.log, seg, e, self.key)
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
 impl Inner {
     /// Applies `ops` (a batch when `atomic`), returning for each whether the key was live before.
     pub(crate) fn apply(&self, ops: &[Op], atomic: bool) -> Result<Existed> {
-        self.apply_checked(ops, atomic, None::<fn(Option<&[u8]>) -> Result<()>>)
+        self.apply_checked(ops, atomic, None::<fn(&Current<'_>) -> Result<()>>)
     }
 
     /// As [`Inner::apply`], but first calls `check` with the first op's live value (if any)
@@ -83,7 +111,7 @@ impl Inner {
         &self,
         ops: &[Op],
         atomic: bool,
-        check: Option<impl FnOnce(Option<&[u8]>) -> Result<()>>,
+        check: Option<impl FnOnce(&Current<'_>) -> Result<()>>,
     ) -> Result<Existed> {
         for op in ops {
             if op.ks.dropped.load(Ordering::Acquire) {
@@ -107,11 +135,12 @@ impl Inner {
                     let st = first.ks.state.read();
                     self.lookup(&st, &first.key, now)
                 };
-                let current = match found {
-                    Some((e, seg)) => Some(self.read_value_locked(&log, &seg, &e, &first.key)?),
-                    None => None,
-                };
-                check(current.as_deref())?;
+                check(&Current {
+                    inner: self,
+                    log: &log,
+                    key: &first.key,
+                    found,
+                })?;
             }
             // 1. Decide. `overlay` makes later ops of a batch see earlier ones.
             let mut overlay: HashMap<(u32, &[u8]), bool> = HashMap::new();
