@@ -276,18 +276,18 @@ fn load_sealed(
     };
     if opts.use_hints {
         if let Ok(bytes) = std::fs::read(hint_path(dir, id)) {
-            if let Ok(entries) = hint::decode(&bytes, id) {
-                let data_end = seg.len();
-                let fits = entries
-                    .iter()
-                    .all(|e| u64::from(e.offset) + u64::from(e.len) <= data_end);
-                if fits {
-                    for e in &entries {
-                        loader.add(id, e.offset, e.len, &e.meta, &e.key);
-                    }
-                    loader.stats.entry(id).or_default().total = seg.data_len();
-                    return Ok(Some(seg));
-                }
+            // A hint is used only if it is whole and every entry lies inside its segment.
+            let data_end = seg.len();
+            let mut fits = true;
+            let valid = hint::visit(&bytes, id, |_, _, offset, len| {
+                fits &= u64::from(offset) + u64::from(len) <= data_end;
+            });
+            if valid.is_ok() && fits {
+                let _ = hint::visit(&bytes, id, |meta, key, offset, len| {
+                    loader.add(id, offset, len, meta, key);
+                });
+                loader.stats.entry(id).or_default().total = seg.data_len();
+                return Ok(Some(seg));
             }
         }
     }

@@ -109,6 +109,43 @@ impl HintWriter {
 /// Any structural problem: wrong magic, version or segment id, bad CRC, truncation, a length
 /// over its limit, or a count that does not match.
 pub fn decode(b: &[u8], segment_id: u32) -> Result<Vec<HintEntry>, DecodeError> {
+    let mut out = Vec::new();
+    visit(b, segment_id, |meta, key, offset, len| {
+        out.push(HintEntry {
+            meta: *meta,
+            offset,
+            len,
+            key: key.to_vec(),
+        });
+    })?;
+    Ok(out)
+}
+
+/// Checks a whole hint file, then calls `f(meta, key, offset, len)` for every entry, borrowing
+/// the keys from `b` (no allocation per entry). Nothing is passed to `f` unless the whole file
+/// is valid.
+///
+/// # Errors
+/// As [`decode`].
+pub fn visit(
+    b: &[u8],
+    segment_id: u32,
+    mut f: impl FnMut(&Meta, &[u8], u32, u32),
+) -> Result<u64, DecodeError> {
+    let (body_end, count) = check(b, segment_id)?;
+    let mut seen = 0u64;
+    // First pass validates every entry; the second hands them out, so a bad entry late in
+    // the file cannot leave the caller with half a segment.
+    walk(b, body_end, |_, _, _, _| seen += 1)?;
+    if seen != count {
+        return Err(DecodeError::BadLength);
+    }
+    walk(b, body_end, &mut f)?;
+    Ok(count)
+}
+
+/// Checks header, footer and CRC; returns where the entries end and the entry count.
+fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64), DecodeError> {
     if b.len() < HINT_HEADER_LEN + HINT_FOOTER_LEN {
         return Err(DecodeError::Truncated);
     }
@@ -128,12 +165,19 @@ pub fn decode(b: &[u8], segment_id: u32) -> Result<Vec<HintEntry>, DecodeError> 
         return Err(DecodeError::BadField);
     }
     let count = LE::read_u64(&footer[0..8]);
-    // Each entry takes at least HINT_ENTRY_LEN bytes: bound the allocation by the bytes present.
+    // Each entry takes at least HINT_ENTRY_LEN bytes.
     let max_entries = (body_end - HINT_HEADER_LEN) / HINT_ENTRY_LEN;
     if count > max_entries as u64 {
         return Err(DecodeError::BadLength);
     }
-    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    Ok((body_end, count))
+}
+
+fn walk(
+    b: &[u8],
+    body_end: usize,
+    mut f: impl FnMut(&Meta, &[u8], u32, u32),
+) -> Result<(), DecodeError> {
     let mut pos = HINT_HEADER_LEN;
     while pos < body_end {
         let e = b
@@ -143,9 +187,12 @@ pub fn decode(b: &[u8], segment_id: u32) -> Result<Vec<HintEntry>, DecodeError> 
         if key_len > MAX_KEY_SIZE {
             return Err(DecodeError::BadLength);
         }
+        let key_end = pos + HINT_ENTRY_LEN + key_len;
+        if key_end > body_end {
+            return Err(DecodeError::Truncated);
+        }
         let key = b
-            .get(pos + HINT_ENTRY_LEN..pos + HINT_ENTRY_LEN + key_len)
-            .filter(|_| pos + HINT_ENTRY_LEN + key_len <= body_end)
+            .get(pos + HINT_ENTRY_LEN..key_end)
             .ok_or(DecodeError::Truncated)?;
         let kind = match e[0] {
             1 => Kind::Put,
@@ -153,25 +200,23 @@ pub fn decode(b: &[u8], segment_id: u32) -> Result<Vec<HintEntry>, DecodeError> 
             _ => return Err(DecodeError::BadField),
         };
         let ttl = ItemTtl::from_wire(LE::read_i32(&e[8..12])).ok_or(DecodeError::BadField)?;
-        out.push(HintEntry {
-            meta: Meta {
-                kind,
-                flags: e[1],
-                keyspace: LE::read_u32(&e[4..8]),
-                ttl,
-                seq: LE::read_u64(&e[16..24]),
-                write_ms: LE::read_u64(&e[24..32]),
-            },
-            offset: LE::read_u32(&e[32..36]),
-            len: LE::read_u32(&e[36..40]),
-            key: key.to_vec(),
-        });
-        pos += HINT_ENTRY_LEN + key_len;
+        let meta = Meta {
+            kind,
+            flags: e[1],
+            keyspace: LE::read_u32(&e[4..8]),
+            ttl,
+            seq: LE::read_u64(&e[16..24]),
+            write_ms: LE::read_u64(&e[24..32]),
+        };
+        f(
+            &meta,
+            key,
+            LE::read_u32(&e[32..36]),
+            LE::read_u32(&e[36..40]),
+        );
+        pos = key_end;
     }
-    if out.len() as u64 != count {
-        return Err(DecodeError::BadLength);
-    }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
