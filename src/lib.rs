@@ -19,6 +19,8 @@ pub mod doc;
 mod engine;
 mod error;
 pub mod expiry;
+#[doc(hidden)]
+pub mod faults;
 pub mod format;
 pub mod keydir;
 pub mod log;

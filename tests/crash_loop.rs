@@ -110,7 +110,7 @@ fn crash_child() {
             17 => {
                 // Default-TTL change between two long settings: no item's fate changes, but
                 // the history grows and must survive.
-                let d = if n % 2 == 0 {
+                let d = if n.is_multiple_of(2) {
                     DefaultTtl::NeverExpire
                 } else {
                     DefaultTtl::Seconds(7200)
@@ -119,7 +119,7 @@ fn crash_child() {
                     out,
                     "I {} T {}",
                     now_ms(),
-                    if n % 2 == 0 { -1 } else { 7200 }
+                    if n.is_multiple_of(2) { -1 } else { 7200 }
                 );
                 let _ = out.flush();
                 ks.set_default_ttl(d).expect("default");
@@ -224,7 +224,7 @@ fn allowed(want: &Val, got: Option<&str>, now: u64) -> bool {
             got,
         ) => {
             let surely_live = now < written_after + u64::from(*ttl);
-            let surely_dead = now >= written_before + u64::from(*ttl) + 1;
+            let surely_dead = now > written_before + u64::from(*ttl);
             match got {
                 Some(g) if g == value => !surely_dead,
                 Some(_) => false,

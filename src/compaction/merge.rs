@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use crate::engine::Inner;
 use crate::error::{Error, Result};
+use crate::faults::{self, FaultKind};
 use crate::format::hint::HintWriter;
 use crate::format::record::{self, Kind, Meta, FLAG_MARKER, FLAG_SHADOWS};
 use crate::format::SegmentHeader;
@@ -92,10 +93,9 @@ impl Outputs<'_> {
                 id,
                 created_seq: self.snapshot_seq,
             };
-            let file = File::options()
-                .create_new(true)
-                .write(true)
-                .open(segment_path(&self.inner.dir, id))?;
+            let path = segment_path(&self.inner.dir, id);
+            faults::check(&path, FaultKind::Create)?;
+            let file = File::options().create_new(true).write(true).open(&path)?;
             let mut writer = BufWriter::with_capacity(1 << 20, file);
             writer.write_all(&header.encode())?;
             self.current = Some(Output {
@@ -110,6 +110,7 @@ impl Outputs<'_> {
         let offset =
             u32::try_from(o.len).map_err(|_| Error::TooLarge("merge output offset".into()))?;
         let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        faults::check(&self.inner.dir, FaultKind::Write)?;
         o.writer.write_all(bytes)?;
         o.len += need;
         o.hint.add(meta, key, offset, len);
@@ -134,6 +135,7 @@ impl Outputs<'_> {
                 .writer
                 .into_inner()
                 .map_err(|e| Error::Io(e.into_error()))?;
+            faults::check(&segment_path(&self.inner.dir, o.id), FaultKind::Sync)?;
             file.sync_all()?;
             super::write_hint_file(self.inner, o.id, o.hint)?;
             out.push((o.id, o.stats));
@@ -321,7 +323,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     manifest.sealed.retain(|id| !retired.contains(id));
     manifest.sealed.extend(written.iter().map(|(id, _)| *id));
     manifest.next_seq = log.next_seq;
-    manifest.store(&inner.dir)?;
+    inner.store_manifest(&manifest)?;
     log.manifest = manifest;
     crash_here(inner, CrashPoint::AfterPublish)?;
 

@@ -9,6 +9,7 @@ use std::io::Write;
 
 use crate::engine::Inner;
 use crate::error::Result;
+use crate::faults::{self, FaultKind};
 use crate::format::hint::HintWriter;
 use crate::log::scan::scan;
 use crate::log::{hint_path, sync_dir};
@@ -40,10 +41,14 @@ pub(crate) fn write_hint_file(inner: &Inner, id: u32, w: HintWriter) -> Result<(
     let path = hint_path(&inner.dir, id);
     let tmp = path.with_extension("hint.tmp");
     {
+        faults::check(&tmp, FaultKind::Create)?;
         let mut f = File::create(&tmp)?;
+        faults::check(&tmp, FaultKind::Write)?;
         f.write_all(&w.finish())?;
+        faults::check(&tmp, FaultKind::Sync)?;
         f.sync_all()?;
     }
+    faults::check(&tmp, FaultKind::Rename)?;
     std::fs::rename(&tmp, &path)?;
     sync_dir(&inner.dir)?;
     Ok(())

@@ -413,15 +413,20 @@ impl Inner {
 
     /// Flushes the active buffer and fsyncs the active file; returns the position covered.
     fn flush_and_fsync(&self) -> Result<u64> {
-        let (upto, file) = {
+        let (upto, file, path) = {
             let mut log = self.log.lock();
             if let Err(e) = log.active.flush() {
                 self.poison();
                 return Err(e.into());
             }
-            (log.appended, Arc::clone(&log.active.shared))
+            let id = log.active.id();
+            (
+                log.appended,
+                Arc::clone(&log.active.shared),
+                crate::log::segment_path(&self.dir, id),
+            )
         };
-        file.file.sync_data().inspect_err(|_| self.poison())?;
+        file.sync(&path).inspect_err(|_| self.poison())?;
         Ok(upto)
     }
 

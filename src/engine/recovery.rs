@@ -216,14 +216,22 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
 
 /// A new directory: first active segment and manifest.
 fn init(dir: &Path) -> Result<Manifest> {
+    // A crash while creating a database can leave the first segment without a manifest; it
+    // holds no record (records are appended only after the manifest lists the segment), so it
+    // is removed. A segment that holds records without a manifest is real damage.
     for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        if let Some((_, "seg")) = name.to_str().and_then(parse_file_name) {
-            return Err(Error::corruption(
-                dir.join("MANIFEST"),
-                0,
-                "segment files present but no MANIFEST",
-            ));
+        let entry = entry?;
+        let name = entry.file_name();
+        if let Some((_, kind)) = name.to_str().and_then(parse_file_name) {
+            let empty = entry.metadata()?.len() <= crate::format::SEGMENT_HEADER_LEN as u64;
+            if kind == "seg" && !empty {
+                return Err(Error::corruption(
+                    dir.join("MANIFEST"),
+                    0,
+                    "segment files present but no MANIFEST",
+                ));
+            }
+            std::fs::remove_file(entry.path())?;
         }
     }
     let manifest = Manifest {

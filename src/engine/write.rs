@@ -314,7 +314,7 @@ impl Inner {
         let sealed_id = log.active.id();
         let seal = (|| -> Result<Arc<Segment>> {
             log.active.flush()?;
-            log.active.shared.file.sync_data()?;
+            log.active.sync()?;
             Ok(Arc::new(Segment::open(&self.dir, sealed_id)?))
         })();
         let segment = match seal {
@@ -331,10 +331,9 @@ impl Inner {
         manifest.next_seq = log.next_seq;
         manifest.sealed.push(sealed_id);
         manifest.active = Some(new_id);
-        if let Err(e) = manifest.store(&self.dir) {
-            let _ = std::fs::remove_file(crate::log::segment_path(&self.dir, new_id));
-            return Err(e);
-        }
+        // The new file is not removed on failure: if the rename went through before the error,
+        // the manifest on disk already names it. The store is poisoned instead.
+        self.store_manifest(&manifest)?;
         log.manifest = manifest;
         log.segstats.entry(new_id).or_default();
         {
@@ -345,6 +344,13 @@ impl Inner {
         log.active = fresh;
         self.send(Message::WriteHint(sealed_id));
         Ok(())
+    }
+
+    /// Replaces the manifest. A failure leaves the on-disk state uncertain (the rename may or
+    /// may not have happened), so it poisons the store: every later write fails, and reopening
+    /// reads whichever manifest is on disk, both of which are consistent with the files.
+    pub(crate) fn store_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
+        manifest.store(&self.dir).inspect_err(|_| self.poison())
     }
 
     pub(crate) fn rotate_if_nonempty(&self) -> Result<()> {
@@ -384,7 +390,7 @@ impl Inner {
             name: name.to_string(),
             history: history.clone(),
         });
-        manifest.store(&self.dir)?;
+        self.store_manifest(&manifest)?;
         log.manifest = manifest;
         let core = Arc::new(KeyspaceCore {
             id,
@@ -414,7 +420,7 @@ impl Inner {
         let mut manifest = log.manifest.clone();
         manifest.keyspaces.retain(|k| k.id != core.id);
         manifest.next_seq = log.next_seq;
-        manifest.store(&self.dir)?;
+        self.store_manifest(&manifest)?;
         log.manifest = manifest;
         core.dropped.store(true, Ordering::Release);
         {
@@ -454,7 +460,7 @@ impl Inner {
             m.history.clone_from(&history);
         }
         manifest.next_seq = log.next_seq;
-        manifest.store(&self.dir)?;
+        self.store_manifest(&manifest)?;
         log.manifest = manifest;
         let mut st = ks.state.write();
         let before = std::mem::replace(&mut st.history, history);

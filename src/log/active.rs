@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::mmap::{map_active, ActiveMap};
 use super::segment_path;
+use crate::faults::{self, FaultKind};
 use crate::format::{SegmentHeader, SEGMENT_HEADER_LEN};
 
 /// Flush the buffer to the file once it holds this much.
@@ -54,6 +55,15 @@ impl ActiveFile {
 }
 
 impl ActiveFile {
+    /// fsyncs the file's data; `path` is its path (for fault injection).
+    ///
+    /// # Errors
+    /// The OS error from `fdatasync`.
+    pub fn sync(&self, path: &Path) -> io::Result<()> {
+        faults::check(path, FaultKind::Sync)?;
+        self.file.sync_data()
+    }
+
     /// The flushed record at `offset` straight from the mapping, if it is there.
     #[must_use]
     pub fn read_mapped(&self, offset: u32, len: u32) -> Option<&[u8]> {
@@ -84,6 +94,7 @@ pub struct ActiveWriter {
     buf: Vec<u8>,
     /// Logical length: flushed bytes plus the buffer.
     len: u64,
+    path: std::path::PathBuf,
 }
 
 impl ActiveWriter {
@@ -94,12 +105,15 @@ impl ActiveWriter {
     /// Any OS error.
     pub fn create(dir: &Path, id: u32, created_seq: u64, map_len: u64) -> io::Result<Self> {
         let header = SegmentHeader { id, created_seq };
+        let path = segment_path(dir, id);
+        faults::check(&path, FaultKind::Create)?;
         let file = OpenOptions::new()
             .create_new(true)
             .read(true)
             .write(true)
-            .open(segment_path(dir, id))?;
-        file.write_all_at(&header.encode(), 0)?;
+            .open(&path)?;
+        faults::write_all_at(&file, &path, &header.encode(), 0)?;
+        faults::check(&path, FaultKind::Sync)?;
         file.sync_all()?;
         let len = SEGMENT_HEADER_LEN as u64;
         Ok(Self {
@@ -107,6 +121,7 @@ impl ActiveWriter {
             header,
             buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
             len,
+            path,
         })
     }
 
@@ -126,7 +141,10 @@ impl ActiveWriter {
             .write(true)
             .open(segment_path(dir, header.id))?;
         if file.metadata()?.len() != valid_len {
+            let path = segment_path(dir, header.id);
+            faults::check(&path, FaultKind::Truncate)?;
             file.set_len(valid_len)?;
+            faults::check(&path, FaultKind::Sync)?;
             file.sync_all()?;
         }
         Ok(Self {
@@ -134,6 +152,7 @@ impl ActiveWriter {
             header,
             buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
             len: valid_len,
+            path: segment_path(dir, header.id),
         })
     }
 
@@ -141,6 +160,14 @@ impl ActiveWriter {
     #[must_use]
     pub fn id(&self) -> u32 {
         self.shared.id
+    }
+
+    /// fsyncs the file's data (subject to fault injection).
+    ///
+    /// # Errors
+    /// The OS error from `fdatasync`.
+    pub fn sync(&self) -> io::Result<()> {
+        self.shared.sync(&self.path)
     }
 
     /// Logical length (flushed + buffered).
@@ -188,7 +215,7 @@ impl ActiveWriter {
             return Ok(());
         }
         let at = self.shared.flushed.load(Ordering::Acquire);
-        self.shared.file.write_all_at(&self.buf, at)?;
+        faults::write_all_at(&self.shared.file, &self.path, &self.buf, at)?;
         self.shared.flushed.store(self.len, Ordering::Release);
         self.buf.clear();
         Ok(())

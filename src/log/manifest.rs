@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sync_dir;
 use crate::error::{Error, Result};
+use crate::faults::{self, FaultKind};
 use crate::format::FORMAT_VERSION;
 use crate::ttl::TtlChange;
 
@@ -107,10 +108,14 @@ impl Manifest {
         out.extend_from_slice(&body);
         let tmp = dir.join("MANIFEST.tmp");
         {
+            faults::check(&tmp, FaultKind::Create)?;
             let mut f = File::create(&tmp)?;
+            faults::check(&tmp, FaultKind::Write)?;
             f.write_all(&out)?;
+            faults::check(&tmp, FaultKind::Sync)?;
             f.sync_all()?;
         }
+        faults::check(&tmp, FaultKind::Rename)?;
         fs::rename(&tmp, dir.join("MANIFEST"))?;
         sync_dir(dir)?;
         Ok(())

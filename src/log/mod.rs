@@ -49,6 +49,7 @@ pub fn parse_file_name(name: &str) -> Option<(u32, &'static str)> {
 /// # Errors
 /// The OS error from opening or syncing the directory.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    crate::faults::check(dir, crate::faults::FaultKind::Sync)?;
     File::open(dir)?.sync_all()
 }
 
