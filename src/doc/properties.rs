@@ -77,6 +77,25 @@ fn invalid_mode(shown: &str) -> String {
 }
 
 /// The settings of a container: id, partition key path, default TTL and indexing mode.
+///
+/// Serializes to and from the Azure Cosmos DB REST shape; invalid values fail with the Cosmos
+/// messages.
+///
+/// ```
+/// use ebbdb::{ContainerProperties, DefaultTtl};
+///
+/// let props = ContainerProperties::new("orders", "/customerId")
+///     .with_default_ttl(DefaultTtl::Seconds(90 * 86_400));
+/// let json = props.to_json_value();
+/// assert_eq!(json["partitionKey"]["paths"][0], "/customerId");
+/// assert_eq!(json["defaultTtl"], 7_776_000);
+/// assert_eq!(ContainerProperties::from_json_value(&json)?, props);
+///
+/// let bad = ContainerProperties::from_json_str(
+///     r#"{"id": "x", "partitionKey": {"paths": ["/p"]}, "defaultTtl": 0}"#);
+/// assert_eq!(bad.unwrap_err().status_code(), 400);
+/// # Ok::<(), ebbdb::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerProperties {
     /// Container id: non-empty, at most 255 characters, none of `/ \ ? #`.

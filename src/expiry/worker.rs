@@ -3,7 +3,7 @@
 //! With a clock that drives background work (the system clock) it wakes every tick interval to
 //! reap expired entries, run the compaction policy and, under `SyncPolicy::Periodic`, fsync.
 //! It also writes hint files for newly sealed segments. A job that fails or panics records its
-//! error; callers see it as [`Error::Worker`](crate::Error::Worker) from `maintain`, `compact`,
+//! error; callers see it as [`Error::Worker`] from `maintain`, `compact`,
 //! `sync` and in `stats()`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
