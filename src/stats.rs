@@ -89,11 +89,13 @@ pub struct Stats {
     pub expired_items: u64,
     /// Record bytes of those items.
     pub expired_bytes: u64,
-    /// Bytes of segment files.
+    /// Bytes of the published segments (sealed files plus the active one's written length).
+    /// Retired segments still held by a reader are not counted here (see `disk_bytes`).
     pub segment_bytes: u64,
     /// Bytes of hint files.
     pub hint_bytes: u64,
-    /// All bytes on disk (segments, hints, manifest, clock).
+    /// All bytes in the directory (segments, hints, manifest, clock), including retired
+    /// segments whose deletion waits for a reader to let go of them.
     pub disk_bytes: u64,
     /// Number of segments, the active one included.
     pub segments: usize,
@@ -167,14 +169,17 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         }
     }
     st.segments = st.per_segment.len();
+    {
+        let set = inner.segments.read();
+        st.segment_bytes = set.sealed.values().map(|s| s.len()).sum::<u64>();
+    }
+    st.segment_bytes += inner.log.lock().active.len();
     if let Ok(rd) = std::fs::read_dir(&inner.dir) {
         for entry in rd.flatten() {
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.ends_with(".seg") {
-                st.segment_bytes += len;
-            } else if name.ends_with(".hint") {
+            if name.ends_with(".hint") {
                 st.hint_bytes += len;
             }
             st.disk_bytes += len;
