@@ -6,7 +6,7 @@
 //! keydir and the log agree on which version is newest. The fsync (SyncPolicy::Always) happens
 //! after the mutex is released, shared with concurrent writers.
 
-use std::collections::HashMap;
+use std::collections::btree_map::Entry as Entry_;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -105,8 +105,15 @@ impl Inner {
         self.apply_checked(ops, atomic, None::<fn(&Current<'_>) -> Result<()>>)
     }
 
-    /// As [`Inner::apply`], but first calls `check` with the first op's live value (if any)
+    /// As [`Inner::apply`], but first calls `check` with the first op's live version (if any)
     /// under the log mutex, so a caller can compare-and-write atomically.
+    ///
+    /// Each op is decided and applied with one descent of the key directory (`BTreeMap::entry`):
+    /// whether a live version exists (the SHADOWS bit) and the replacement happen on the same
+    /// entry, under the log mutex that also orders the records. Later ops of a batch therefore
+    /// see earlier ones. A lone delete of a key that is not live writes nothing; inside a batch
+    /// such a delete still writes its (harmless) tombstone, so the batch header can be written
+    /// before the members.
     pub(crate) fn apply_checked(
         &self,
         ops: &[Op],
@@ -142,34 +149,20 @@ impl Inner {
                     found,
                 })?;
             }
-            // 1. Decide. `overlay` makes later ops of a batch see earlier ones.
-            let mut overlay: HashMap<(u32, &[u8]), bool> = HashMap::new();
-            let mut existed = Vec::with_capacity(ops.len());
-            let mut write = Vec::with_capacity(ops.len());
-            for op in ops {
-                let live = match overlay.get(&(op.ks.id, op.key.as_slice())) {
-                    Some(&l) => l,
-                    None => op.ks.state.read().live(&op.key, now).is_some(),
-                };
-                existed.push(live);
-                let writes = op.put.is_some() || live;
-                write.push((writes, live));
-                if ops.len() > 1 {
-                    overlay.insert((op.ks.id, op.key.as_slice()), op.put.is_some());
+            if let [op] = ops {
+                if op.put.is_none() && op.ks.state.read().live(&op.key, now).is_none() {
+                    return Ok(vec![false]);
                 }
             }
-            let count = write.iter().filter(|(w, _)| *w).count();
-            if count == 0 {
-                return Ok(existed);
+            if ops.is_empty() {
+                return Ok(Vec::new());
             }
-            let batch = atomic && count > 1;
-            // 2. Encode straight into the active buffer (after making room for the total).
-            let total: usize = usize::from(batch) * record::encoded_len(0, 4)
+            let batch = atomic && ops.len() > 1;
+            let header_len = record::encoded_len(0, 4);
+            let total = usize::from(batch) * header_len
                 + ops
                     .iter()
-                    .zip(&write)
-                    .filter(|(_, (w, _))| *w)
-                    .map(|(op, _)| {
+                    .map(|op| {
                         record::encoded_len(
                             op.key.len(),
                             op.put.as_ref().map_or(0, |(v, _)| v.len()),
@@ -177,101 +170,110 @@ impl Inner {
                     })
                     .sum::<usize>();
             self.make_room(&mut log, total as u64)?;
-            let mut seq = log.next_seq;
-            let mut placed = Vec::with_capacity(count);
-            let base = log.active.append_with(|buf| {
-                let start = buf.len();
-                if batch {
-                    let header = Meta {
-                        kind: Kind::BatchHeader,
-                        flags: 0,
-                        keyspace: 0,
-                        ttl: ItemTtl::Inherit,
-                        seq,
-                        write_ms: now_ms,
-                    };
-                    let n = u32::try_from(count).unwrap_or(u32::MAX);
-                    record::encode(buf, &header, &[], &n.to_le_bytes());
-                    seq += 1;
-                }
-                for (op, &(writes, live)) in ops.iter().zip(&write) {
-                    if !writes {
-                        continue;
-                    }
-                    let (kind, value, ttl) = match &op.put {
-                        Some((v, t)) => (Kind::Put, v.as_slice(), *t),
-                        None => (Kind::Tombstone, &[][..], ItemTtl::Inherit),
-                    };
-                    let mut flags = if live { FLAG_SHADOWS } else { 0 };
-                    if batch {
-                        flags |= FLAG_IN_BATCH;
-                    }
-                    let meta = Meta {
-                        kind,
-                        flags,
-                        keyspace: op.ks.id,
-                        ttl,
-                        seq,
-                        write_ms: now_ms,
-                    };
-                    let at = buf.len() - start;
-                    record::encode(buf, &meta, &op.key, value);
-                    placed.push((op, meta, at, buf.len() - start - at));
-                    seq += 1;
-                }
-            });
-            log.next_seq = seq;
+            let log = &mut *log;
             let file = log.active.id();
-            log.appended += total as u64;
-            // 3. Apply to the key directory and account dead bytes.
-            let mut dead: Vec<(u32, u64)> = Vec::new();
+            let mut seq = log.next_seq;
             let mut added = SegStats {
                 total: total as u64,
                 ..SegStats::default()
             };
+            let mut dead: Vec<(u32, u64)> = Vec::new();
+            let mut existed = Vec::with_capacity(ops.len());
             if batch {
-                added.dead += record::encoded_len(0, 4) as u64;
+                let header = Meta {
+                    kind: Kind::BatchHeader,
+                    flags: 0,
+                    keyspace: 0,
+                    ttl: ItemTtl::Inherit,
+                    seq,
+                    write_ms: now_ms,
+                };
+                let n = u32::try_from(ops.len()).unwrap_or(u32::MAX);
+                log.active
+                    .append_with(|buf| record::encode(buf, &header, &[], &n.to_le_bytes()));
+                added.dead += header_len as u64;
+                seq += 1;
             }
-            for (op, meta, at, len) in placed {
-                let offset = u32::try_from(base + at as u64).unwrap_or(u32::MAX);
-                let len32 = u32::try_from(len).unwrap_or(u32::MAX);
-                if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
+            for op in ops {
+                let mut st = op.ks.state.write();
+                let KeyspaceState { map, history } = &mut *st;
+                let slot = map.entry(Key::from_slice(&op.key));
+                let live = match &slot {
+                    Entry_::Occupied(o) => {
+                        let e = o.get();
+                        !ttl::is_expired(
+                            ttl::expires_at(u64::from(e.ts), e.own_ttl(), history),
+                            now,
+                        )
+                    }
+                    Entry_::Vacant(_) => false,
+                };
+                existed.push(live);
+                let (kind, value, own) = match &op.put {
+                    Some((v, t)) => (Kind::Put, v.as_slice(), *t),
+                    None => (Kind::Tombstone, &[][..], ItemTtl::Inherit),
+                };
+                let mut flags = if live { FLAG_SHADOWS } else { 0 };
+                if batch {
+                    flags |= FLAG_IN_BATCH;
+                }
+                let meta = Meta {
+                    kind,
+                    flags,
+                    keyspace: op.ks.id,
+                    ttl: own,
+                    seq,
+                    write_ms: now_ms,
+                };
+                let len = record::encoded_len(op.key.len(), value.len());
+                let at = log
+                    .active
+                    .append_with(|buf| record::encode(buf, &meta, &op.key, value));
+                if live || kind == Kind::Tombstone {
                     added.shadowing += 1;
                 }
-                let mut st = op.ks.state.write();
-                let old = match meta.kind {
-                    Kind::Put => {
-                        let entry = Entry {
-                            seq: meta.seq,
-                            file,
-                            offset,
-                            len: len32,
-                            ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
-                            ttl: meta.ttl.to_wire(),
-                            flags: meta.flags,
-                        };
-                        let deadline = st.expires_at(&entry);
-                        if deadline != ttl::NEVER {
-                            timers.push((
-                                deadline,
-                                Timer {
-                                    keyspace: op.ks.id,
-                                    key: op.key.as_slice().into(),
-                                    seq: meta.seq,
-                                },
-                            ));
-                        }
-                        st.map.insert(Key::from_slice(&op.key), entry)
+                let old = if kind == Kind::Put {
+                    let entry = Entry {
+                        seq,
+                        file,
+                        offset: u32::try_from(at).unwrap_or(u32::MAX),
+                        len: u32::try_from(len).unwrap_or(u32::MAX),
+                        ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
+                        ttl: own.to_wire(),
+                        flags,
+                    };
+                    let deadline = ttl::expires_at(u64::from(entry.ts), own, history);
+                    if deadline != ttl::NEVER {
+                        timers.push((
+                            deadline,
+                            Timer {
+                                keyspace: op.ks.id,
+                                key: op.key.as_slice().into(),
+                                seq,
+                            },
+                        ));
                     }
-                    _ => {
-                        added.dead += len as u64;
-                        st.map.remove(op.key.as_slice())
+                    match slot {
+                        Entry_::Occupied(mut o) => Some(o.insert(entry)),
+                        Entry_::Vacant(v) => {
+                            v.insert(entry);
+                            None
+                        }
+                    }
+                } else {
+                    added.dead += len as u64;
+                    match slot {
+                        Entry_::Occupied(o) => Some(o.remove()),
+                        Entry_::Vacant(_) => None,
                     }
                 };
                 if let Some(old) = old {
                     dead.push((old.file, u64::from(old.len)));
                 }
+                seq += 1;
             }
+            log.next_seq = seq;
+            log.appended += total as u64;
             log.segstats.entry(file).or_default().add(&added);
             for (f, bytes) in dead {
                 if let Some(s) = log.segstats.get_mut(&f) {
