@@ -34,7 +34,7 @@ fn script() -> Vec<Op> {
         let k = format!("k{}", i % 9);
         let v = format!("v{i}-{}", "x".repeat(60));
         ops.push(match i % 6 {
-            0 | 1 | 2 => Op::Put(k, v, None),
+            0..=2 => Op::Put(k, v, None),
             3 => Op::Put(k, v, Some(2)),
             4 => Op::Delete(format!("k{}", (i + 3) % 9)),
             _ => Op::Batch(vec![(k, Some(v)), (format!("k{}", (i + 1) % 9), None)]),
@@ -165,10 +165,7 @@ fn one(
             assert!(!e.to_string().is_empty());
         }
         Ok(store) => {
-            match store.create_keyspace("ks", DefaultTtl::NeverExpire) {
-                Ok(_) => keyspace_made = true,
-                Err(_) => {}
-            }
+            keyspace_made = store.create_keyspace("ks", DefaultTtl::NeverExpire).is_ok();
             if keyspace_made {
                 for op in &ops {
                     match run_op(&store, &c, op) {
