@@ -18,6 +18,9 @@ use ebbdb::{DefaultTtl, Error, Options, Store, SyncPolicy, Ttl, WriteBatch};
 
 type Model = BTreeMap<String, String>;
 
+/// How many injected faults poisoned the store (each followed by a refused write).
+static POISONED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 #[derive(Debug, Clone)]
 enum Op {
     Put(String, String, Option<u32>),
@@ -178,10 +181,12 @@ fn one(
                                     "ENOSPC must surface clearly: {msg}"
                                 );
                             }
-                            if matches!(e, Error::Poisoned) {
-                                // After a failed log fsync nothing more is accepted.
+                            if store.is_poisoned() {
+                                // After a failed log write/fsync or manifest write nothing more
+                                // is accepted.
                                 let again = store.keyspace("ks")?.put("probe", "x");
                                 assert!(matches!(again, Err(Error::Poisoned)), "{again:?}");
+                                POISONED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }
                             failed_op = Some(op.clone());
                             break;
@@ -235,7 +240,9 @@ fn every_injected_fault_leaves_exactly_the_acknowledged_data(
             assert!(k < 2_000, "runaway");
         }
     }
-    eprintln!("fault injection: {injected} faults injected, every reopen consistent");
+    let poisoned = POISONED.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("fault injection: {injected} faults injected, {poisoned} poisoned the store, every reopen consistent");
     assert!(injected > 100, "only {injected} faults injected");
+    assert!(poisoned > 20, "only {poisoned} faults poisoned the store");
     Ok(())
 }

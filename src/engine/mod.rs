@@ -299,6 +299,13 @@ impl Store {
         self.inner.now_ms()
     }
 
+    /// True once a failed log write, log fsync or manifest replacement has poisoned the
+    /// store: every write then fails with [`Error::Poisoned`] until it is reopened.
+    #[must_use]
+    pub fn is_poisoned(&self) -> bool {
+        self.inner.poisoned.load(Ordering::Acquire)
+    }
+
     /// Sends the worker a message asking it to run the compaction policy soon.
     pub fn request_compaction(&self) {
         self.inner.send(Message::Compact);
@@ -405,7 +412,13 @@ impl Inner {
             s.in_progress = false;
             match result {
                 Ok(upto) => s.synced = s.synced.max(upto),
-                Err(_) => self.poison(),
+                Err(e) => {
+                    // The leader reports the cause (e.g. ENOSPC); writers it was covering, and
+                    // every later one, see `Poisoned`.
+                    self.poison();
+                    self.sync_cv.notify_all();
+                    return Err(e);
+                }
             }
             self.sync_cv.notify_all();
         }
