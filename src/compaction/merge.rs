@@ -86,7 +86,9 @@ impl Outputs<'_> {
             let id = {
                 let mut log = self.inner.log.lock();
                 let id = log.manifest.next_file_id;
-                log.manifest.next_file_id += 1;
+                log.manifest.next_file_id = id
+                    .checked_add(1)
+                    .ok_or_else(|| Error::TooLarge("segment file ids exhausted".into()))?;
                 id
             };
             let header = SegmentHeader {

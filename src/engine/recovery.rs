@@ -31,6 +31,11 @@ use crate::options::{Options, RecoveryMode};
 use crate::stats::SegStats;
 use crate::ttl;
 
+/// Largest sequence number a healthy database can reach (see the range check in `open`).
+pub(crate) const MAX_SEQ: u64 = 1 << 62;
+/// Largest file or keyspace id a healthy database can reach.
+pub(crate) const MAX_FILE_ID: u32 = 1 << 31;
+
 /// In-memory-only flag marking a loaded tombstone (record flags use bits 0–2).
 const LOADED_TOMBSTONE: u8 = 0x80;
 
@@ -174,7 +179,19 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     }
     segstats.entry(active.id()).or_default();
 
-    let next_seq = manifest.next_seq.max(loader.max_seq + 1);
+    // Counters near their type's end can only come from damaged files (2^62 writes or 2^31
+    // files are not reachable); refusing them keeps every later increment from overflowing.
+    let next_seq = manifest.next_seq.max(loader.max_seq.saturating_add(1));
+    if next_seq > MAX_SEQ
+        || manifest.next_file_id > MAX_FILE_ID
+        || manifest.next_keyspace_id > MAX_FILE_ID
+    {
+        return Err(Error::corruption(
+            dir.join("MANIFEST"),
+            0,
+            "sequence number, file id or keyspace id out of range",
+        ));
+    }
     let set = SegmentSet {
         sealed,
         active: Arc::clone(&active.shared),
@@ -335,7 +352,12 @@ fn load_active(dir: &Path, id: u32, map_len: u64, loader: &mut Loader) -> Result
         loader.add(id, off, len, &rec.meta, rec.key)
     });
     let valid = end.valid_len() as u64;
+    let zero_tail = bytes
+        .get(end.valid_len()..)
+        .is_some_and(|t| t.iter().all(|&b| b == 0));
     loader.stats.entry(id).or_default().total =
         valid.saturating_sub(crate::format::SEGMENT_HEADER_LEN as u64);
-    Ok(ActiveWriter::reopen(dir, header, valid, map_len)?)
+    Ok(ActiveWriter::reopen(
+        dir, header, valid, zero_tail, map_len,
+    )?)
 }

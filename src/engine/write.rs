@@ -316,7 +316,7 @@ impl Inner {
         let sealed_id = log.active.id();
         let seal = (|| -> Result<Arc<Segment>> {
             log.active.flush()?;
-            log.active.sync()?;
+            log.active.trim_and_sync()?;
             Ok(Arc::new(Segment::open(&self.dir, sealed_id)?))
         })();
         let segment = match seal {
@@ -329,7 +329,9 @@ impl Inner {
         let new_id = log.manifest.next_file_id;
         let fresh = ActiveWriter::create(&self.dir, new_id, log.next_seq, self.opts.segment_size)?;
         let mut manifest = log.manifest.clone();
-        manifest.next_file_id = new_id + 1;
+        manifest.next_file_id = new_id
+            .checked_add(1)
+            .ok_or_else(|| Error::TooLarge("segment file ids exhausted".into()))?;
         manifest.next_seq = log.next_seq;
         manifest.sealed.push(sealed_id);
         manifest.active = Some(new_id);
@@ -385,7 +387,9 @@ impl Inner {
             default,
         }];
         let mut manifest = log.manifest.clone();
-        manifest.next_keyspace_id = id + 1;
+        manifest.next_keyspace_id = id
+            .checked_add(1)
+            .ok_or_else(|| Error::TooLarge("keyspace ids exhausted".into()))?;
         manifest.next_seq = log.next_seq;
         manifest.keyspaces.push(KeyspaceMeta {
             id,

@@ -21,6 +21,12 @@ use crate::format::{SegmentHeader, SEGMENT_HEADER_LEN};
 /// Flush the buffer to the file once it holds this much.
 pub const FLUSH_THRESHOLD: usize = 256 * 1024;
 
+/// The active file is kept zero-filled this far beyond the written records. Appends then
+/// overwrite blocks that already exist, so most `fdatasync`s need not commit a file-size or
+/// block-allocation change (measured on this class of disk: ~48 µs vs ~75 µs for a 4 KiB
+/// append). Recovery keeps an all-zero tail; sealing trims it.
+pub const PREALLOCATE: u64 = 1 << 20;
+
 /// The part of the active segment readers share.
 #[derive(Debug)]
 pub struct ActiveFile {
@@ -95,6 +101,8 @@ pub struct ActiveWriter {
     /// Logical length: flushed bytes plus the buffer.
     len: u64,
     path: std::path::PathBuf,
+    /// Physical length of the file: written records, then zeros.
+    zeroed_to: u64,
 }
 
 impl ActiveWriter {
@@ -122,11 +130,14 @@ impl ActiveWriter {
             buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
             len,
             path,
+            zeroed_to: len,
         })
     }
 
-    /// Reopens an existing segment whose records are whole up to `valid_len`, cutting off
-    /// anything after it (a torn tail) and fsyncing the cut.
+    /// Reopens an existing segment whose records are whole up to `valid_len`. When the bytes
+    /// after it are all zero (preallocated space) they are kept; anything else (a torn tail) is
+    /// cut off and the cut fsynced. A tail with any non-zero byte is never kept: a stale record
+    /// in it could line up with later appends and be read back by a later recovery.
     ///
     /// # Errors
     /// Any OS error.
@@ -134,25 +145,31 @@ impl ActiveWriter {
         dir: &Path,
         header: SegmentHeader,
         valid_len: u64,
+        zero_tail: bool,
         map_len: u64,
     ) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(segment_path(dir, header.id))?;
-        if file.metadata()?.len() != valid_len {
+        let physical = file.metadata()?.len();
+        let zeroed_to = if physical != valid_len && !zero_tail {
             let path = segment_path(dir, header.id);
             faults::check(&path, FaultKind::Truncate)?;
             file.set_len(valid_len)?;
             faults::check(&path, FaultKind::Sync)?;
             file.sync_all()?;
-        }
+            valid_len
+        } else {
+            physical.max(valid_len)
+        };
         Ok(Self {
             shared: Arc::new(ActiveFile::new(header.id, file, valid_len, map_len)),
             header,
             buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
             len: valid_len,
             path: segment_path(dir, header.id),
+            zeroed_to,
         })
     }
 
@@ -160,6 +177,20 @@ impl ActiveWriter {
     #[must_use]
     pub fn id(&self) -> u32 {
         self.shared.id
+    }
+
+    /// Cuts preallocated space off the end (before sealing) and fsyncs the file.
+    ///
+    /// # Errors
+    /// The OS error from `ftruncate` or `fsync`.
+    pub fn trim_and_sync(&self) -> io::Result<()> {
+        if self.shared.file.metadata()?.len() > self.len {
+            faults::check(&self.path, FaultKind::Truncate)?;
+            self.shared.file.set_len(self.len)?;
+            faults::check(&self.path, FaultKind::Sync)?;
+            return self.shared.file.sync_all();
+        }
+        self.sync()
     }
 
     /// fsyncs the file's data (subject to fault injection).
@@ -215,6 +246,14 @@ impl ActiveWriter {
             return Ok(());
         }
         let at = self.shared.flushed.load(Ordering::Acquire);
+        let end = at + self.buf.len() as u64;
+        if end > self.zeroed_to {
+            // Extend with zeros well past this write, so the next appends overwrite.
+            let target = end + PREALLOCATE;
+            let zeros = vec![0u8; (target - end) as usize];
+            faults::write_all_at(&self.shared.file, &self.path, &zeros, end)?;
+            self.zeroed_to = target;
+        }
         faults::write_all_at(&self.shared.file, &self.path, &self.buf, at)?;
         self.shared.flushed.store(self.len, Ordering::Release);
         self.buf.clear();
