@@ -119,7 +119,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             ..KeyspaceState::default()
         };
         if let Some(mut pairs) = loader.keys.remove(&meta.id) {
-            pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.seq.cmp(&a.1.seq)));
+            // Stable sort: it finds the sorted runs that hint files contribute and merges
+            // them, so only scanned segments pay for a full sort.
+            pairs.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.seq.cmp(&a.1.seq)));
             pairs.dedup_by(|later, kept| later.0 == kept.0);
             pairs.retain(|(key, e)| {
                 if e.flags & LOADED_TOMBSTONE != 0 {

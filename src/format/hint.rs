@@ -5,7 +5,8 @@
 //!  0  8  magic "EBBDBHNT"
 //!  8  4  format version
 //! 12  4  segment id this hint describes
-//! entry (40 bytes + key), one per put or tombstone record of the segment, in file order
+//! entry (40 bytes + key), one per put or tombstone record of the segment, sorted by
+//!       keyspace, then key, then newest first
 //!  0  1  kind            (as in the record)
 //!  1  1  flags           (as in the record)
 //!  2  2  reserved        zero
@@ -57,6 +58,8 @@ pub struct HintEntry {
 pub struct HintWriter {
     buf: Vec<u8>,
     count: u64,
+    /// Where each encoded entry lies in `buf`, for sorting in `finish`.
+    spans: Vec<(usize, usize)>,
 }
 
 impl HintWriter {
@@ -69,7 +72,11 @@ impl HintWriter {
         LE::write_u32(&mut v[0..4], FORMAT_VERSION);
         LE::write_u32(&mut v[4..8], segment_id);
         buf.extend_from_slice(&v);
-        Self { buf, count: 0 }
+        Self {
+            buf,
+            count: 0,
+            spans: Vec::new(),
+        }
     }
 
     /// Adds the entry for a record at `offset` of length `len`.
@@ -84,14 +91,44 @@ impl HintWriter {
         LE::write_u64(&mut e[24..32], meta.write_ms);
         LE::write_u32(&mut e[32..36], offset);
         LE::write_u32(&mut e[36..40], len);
+        let start = self.buf.len();
         self.buf.extend_from_slice(&e);
         self.buf.extend_from_slice(key);
+        self.spans.push((start, self.buf.len()));
         self.count += 1;
     }
 
-    /// Finishes the file and returns its bytes.
+    /// Finishes the file and returns its bytes. Entries are written sorted by keyspace, key,
+    /// then newest first, so each hint is one sorted run and opening merges runs instead of
+    /// sorting every entry.
     #[must_use]
     pub fn finish(mut self) -> Vec<u8> {
+        let buf = &self.buf;
+        let field = |s: usize, r: std::ops::Range<usize>| {
+            buf.get(s + r.start..s + r.end).unwrap_or_default()
+        };
+        self.spans.sort_by(|&(a, a_end), &(b, b_end)| {
+            let ka = (
+                field(a, 4..8),
+                buf.get(a + HINT_ENTRY_LEN..a_end).unwrap_or_default(),
+            );
+            let kb = (
+                field(b, 4..8),
+                buf.get(b + HINT_ENTRY_LEN..b_end).unwrap_or_default(),
+            );
+            let (ksa, ksb) = (LE::read_u32(ka.0), LE::read_u32(kb.0));
+            let (sa, sb) = (
+                LE::read_u64(field(a, 16..24)),
+                LE::read_u64(field(b, 16..24)),
+            );
+            ksa.cmp(&ksb).then(ka.1.cmp(kb.1)).then(sb.cmp(&sa))
+        });
+        let mut out = Vec::with_capacity(self.buf.len() + HINT_FOOTER_LEN);
+        out.extend_from_slice(self.buf.get(..HINT_HEADER_LEN).unwrap_or_default());
+        for &(s, e) in &self.spans {
+            out.extend_from_slice(self.buf.get(s..e).unwrap_or_default());
+        }
+        self.buf = out;
         let mut f = [0u8; 8];
         LE::write_u64(&mut f, self.count);
         self.buf.extend_from_slice(&f);
@@ -250,17 +287,29 @@ mod tests {
 
     #[test]
     fn round_trip_and_grid() {
-        let entries = vec![entry(1, b"a"), entry(2, b"bcd"), entry(3, b"")];
+        let entries = vec![
+            entry(1, b"a"),
+            entry(2, b"bcd"),
+            entry(3, b""),
+            entry(4, b"a"),
+        ];
         let b = build(&entries);
-        assert_eq!(decode(&b, 9), Ok(entries));
+        // Written sorted by key, newest first within a key.
+        let sorted = vec![
+            entry(3, b""),
+            entry(4, b"a"),
+            entry(1, b"a"),
+            entry(2, b"bcd"),
+        ];
+        assert_eq!(decode(&b, 9), Ok(sorted));
         assert_eq!(&b[0..8], b"EBBDBHNT");
         assert_eq!(LE::read_u32(&b[12..16]), 9);
         let e = &b[HINT_HEADER_LEN..];
-        assert_eq!(LE::read_u64(&e[16..24]), 1);
+        assert_eq!(LE::read_u64(&e[16..24]), 3);
         assert_eq!(LE::read_u32(&e[32..36]), 32);
         assert_eq!(
             b.len(),
-            HINT_HEADER_LEN + 3 * HINT_ENTRY_LEN + 4 + HINT_FOOTER_LEN
+            HINT_HEADER_LEN + 4 * HINT_ENTRY_LEN + 5 + HINT_FOOTER_LEN
         );
     }
 
