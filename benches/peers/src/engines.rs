@@ -1,0 +1,306 @@
+//! One small trait over the engines under test, and one implementation per engine, each in
+//! its recommended configuration (see `describe`).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ebbdb::clock::ManualClock;
+
+/// Block/page cache for every engine that has one: redb's and sled's default, given to fjall
+/// (default 32 MiB; its docs recommend 20-25% of RAM) and RocksDB (default 32 MiB; its tuning
+/// guide recommends about a third of RAM) too. ebbdb has no cache: keys live in RAM, values are
+/// read through mmap.
+pub const CACHE_BYTES: u64 = 1 << 30;
+
+pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The engines, in table order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Ebbdb,
+    Redb,
+    Fjall,
+    Sled,
+    #[cfg(feature = "rocksdb")]
+    Rocksdb,
+}
+
+impl Kind {
+    pub fn all() -> Vec<Kind> {
+        vec![
+            Kind::Ebbdb,
+            Kind::Redb,
+            Kind::Fjall,
+            Kind::Sled,
+            #[cfg(feature = "rocksdb")]
+            Kind::Rocksdb,
+        ]
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Ebbdb => "ebbdb",
+            Kind::Redb => "redb",
+            Kind::Fjall => "fjall",
+            Kind::Sled => "sled",
+            #[cfg(feature = "rocksdb")]
+            Kind::Rocksdb => "rocksdb",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::all().into_iter().find(|k| k.name() == s)
+    }
+
+    /// Version and configuration, for the report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::Ebbdb => "ebbdb (this repo): `Options::default()`; relaxed = `SyncPolicy::Never`, durable = `SyncPolicy::Always` (group commit); batches = `WriteBatch`; TTL = keyspace `DefaultTtl::Seconds`, `ManualClock`, `compact()` (reap + policy) at every tick",
+            Kind::Redb => "redb 2.6.4: `Database::create`, default cache (1 GiB); batch = one write transaction committed with the default `Immediate` durability (an fsync per 1,000-op batch: `Durability::None` commits never free pages, and a quick fill with them left a 307 MiB file for 11 MiB of data); single relaxed writes = `Durability::None` with every 64th commit `Immediate`; durable = `Immediate` per write; TTL = expiry in the value + periodic full-scan sweep",
+            Kind::Fjall => "fjall 2.11.2: `Config::new(dir).cache_size(1 GiB)`, default partition options (lz4); relaxed = journal in OS buffers; durable = `persist(PersistMode::SyncAll)` after each write; batch = `Keyspace::batch`; TTL = expiry in the value + periodic full-scan sweep (fjall 2.x has no compaction filter)",
+            Kind::Sled => "sled 0.34.7: `Config::new().path(dir).open()` defaults (1 GiB cache, background flush every 500 ms); durable = `flush()` after each write; batch = `apply_batch`; TTL = expiry in the value + periodic full-scan sweep",
+            #[cfg(feature = "rocksdb")]
+            Kind::Rocksdb => "RocksDB 7.8.3 (Debian librocksdb-dev) via rocksdb 0.20.1: bindings generated from the system headers, nothing compiled from source; defaults + `increase_parallelism(2)`, 1 GiB LRU block cache, 10-bit Bloom filter, dynamic level bytes; relaxed = WAL without sync; durable = `WriteOptions::set_sync(true)`; batch = `WriteBatch`; TTL = compaction filter dropping values whose embedded expiry passed on the simulated clock",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// No fsync per write.
+    Relaxed,
+    /// fsync before each write returns.
+    Fsync,
+}
+
+/// How to open an engine.
+#[derive(Clone)]
+pub struct OpenOpts {
+    pub durability: Durability,
+    /// Simulated time (ebbdb's clock; the RocksDB compaction filter reads it too).
+    pub clock: Option<ManualClock>,
+    /// Native TTL in seconds, for engines that have one.
+    pub ttl_secs: Option<u32>,
+}
+
+impl OpenOpts {
+    pub fn relaxed() -> Self {
+        OpenOpts {
+            durability: Durability::Relaxed,
+            clock: None,
+            ttl_secs: None,
+        }
+    }
+}
+
+/// The operations every workload is written against.
+pub trait Engine: Send + Sync {
+    /// One write (fsynced in `Durability::Fsync` mode).
+    fn put(&self, key: &[u8], value: &[u8]) -> Res<()>;
+    /// Writes applied together, in the engine's batch mechanism.
+    fn put_batch(&self, items: &[(&[u8], &[u8])]) -> Res<()>;
+    fn get(&self, key: &[u8]) -> Res<Option<Vec<u8>>>;
+    fn delete_batch(&self, keys: &[Vec<u8>]) -> Res<()>;
+    /// Visits every pair in key order; returns the count.
+    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<u64>;
+    /// Makes everything written so far durable.
+    fn sync(&self) -> Res<()>;
+    /// TTL hook, called once per simulated tick. Returns true when the engine handles expiry
+    /// itself (no sweep from the harness).
+    fn ttl_tick(&self) -> Res<bool> {
+        Ok(false)
+    }
+    /// Engine-specific counters worth reporting after the TTL churn.
+    fn note(&self) -> Option<String> {
+        None
+    }
+}
+
+pub fn open(kind: Kind, dir: &Path, o: &OpenOpts) -> Res<Box<dyn Engine>> {
+    std::fs::create_dir_all(dir)?;
+    Ok(match kind {
+        Kind::Ebbdb => Box::new(Ebb::open(dir, o)?),
+        Kind::Redb => Box::new(Redb::open(dir, o)?),
+        Kind::Fjall => Box::new(crate::peers::Fjall::open(dir, o)?),
+        Kind::Sled => Box::new(crate::peers::Sled::open(dir, o)?),
+        #[cfg(feature = "rocksdb")]
+        Kind::Rocksdb => Box::new(crate::peers::Rocks::open(dir, o)?),
+    })
+}
+
+/// Expiry (Unix seconds) stored in the first 8 bytes of every value.
+pub fn expiry_of(value: &[u8]) -> u64 {
+    value.get(..8).map_or(u64::MAX, |b| {
+        u64::from_be_bytes(b.try_into().unwrap_or([0xff; 8]))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Ebb {
+    store: ebbdb::Store,
+    ks: ebbdb::Keyspace,
+    ttl: bool,
+}
+
+impl Ebb {
+    fn open(dir: &Path, o: &OpenOpts) -> Res<Self> {
+        let sync = match o.durability {
+            Durability::Relaxed => ebbdb::SyncPolicy::Never,
+            Durability::Fsync => ebbdb::SyncPolicy::Always,
+        };
+        let mut opts = ebbdb::Options::default().sync(sync);
+        if let Some(c) = &o.clock {
+            opts = opts.clock(c.clone());
+        }
+        let store = ebbdb::Store::open_with(dir, opts)?;
+        let default = o
+            .ttl_secs
+            .map_or(ebbdb::DefaultTtl::Off, ebbdb::DefaultTtl::Seconds);
+        let ks = store.keyspace_or_create("bench", default)?;
+        Ok(Ebb {
+            store,
+            ks,
+            ttl: o.ttl_secs.is_some(),
+        })
+    }
+}
+
+impl Engine for Ebb {
+    fn put(&self, key: &[u8], value: &[u8]) -> Res<()> {
+        Ok(self.ks.put(key, value)?)
+    }
+    fn put_batch(&self, items: &[(&[u8], &[u8])]) -> Res<()> {
+        let mut b = ebbdb::WriteBatch::new();
+        for (k, v) in items {
+            b.put(&self.ks, k, v);
+        }
+        Ok(self.store.write_batch(b)?)
+    }
+    fn get(&self, key: &[u8]) -> Res<Option<Vec<u8>>> {
+        Ok(self.ks.get(key)?)
+    }
+    fn delete_batch(&self, keys: &[Vec<u8>]) -> Res<()> {
+        let mut b = ebbdb::WriteBatch::new();
+        for k in keys {
+            b.delete(&self.ks, k);
+        }
+        Ok(self.store.write_batch(b)?)
+    }
+    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<u64> {
+        let mut n = 0;
+        for item in self.ks.iter() {
+            let (k, v) = item?;
+            f(&k, &v);
+            n += 1;
+        }
+        Ok(n)
+    }
+    fn sync(&self) -> Res<()> {
+        Ok(self.store.sync()?)
+    }
+    fn ttl_tick(&self) -> Res<bool> {
+        if self.ttl {
+            self.store.compact()?;
+        }
+        Ok(true)
+    }
+    fn note(&self) -> Option<String> {
+        let s = self.store.stats();
+        Some(format!(
+            "{} merges, {} expirations, {} segments at the end",
+            s.merges, s.expirations, s.segments
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const REDB_TABLE: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("bench");
+
+struct Redb {
+    db: redb::Database,
+    durable: bool,
+    commits: AtomicU64,
+}
+
+impl Redb {
+    fn open(dir: &Path, o: &OpenOpts) -> Res<Self> {
+        let db = redb::Database::create(dir.join("bench.redb"))?;
+        let me = Redb {
+            db,
+            durable: o.durability == Durability::Fsync,
+            commits: AtomicU64::new(0),
+        };
+        me.write(true, |_| Ok(()))?;
+        Ok(me)
+    }
+
+    /// One write transaction. Batches commit with the default `Immediate` durability (one
+    /// fsync per batch; it is also what frees pages). Single writes in relaxed mode commit with
+    /// `Durability::None`, and every 64th with `Immediate` so freed pages get reused.
+    fn write(
+        &self,
+        batch: bool,
+        f: impl FnOnce(&mut redb::Table<&[u8], &[u8]>) -> Res<()>,
+    ) -> Res<()> {
+        let mut tx = self.db.begin_write()?;
+        let n = self.commits.fetch_add(1, Ordering::Relaxed);
+        if !self.durable && !batch && n % 64 != 63 {
+            tx.set_durability(redb::Durability::None);
+        }
+        {
+            let mut t = tx.open_table(REDB_TABLE)?;
+            f(&mut t)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+impl Engine for Redb {
+    fn put(&self, key: &[u8], value: &[u8]) -> Res<()> {
+        self.write(false, |t| {
+            t.insert(key, value)?;
+            Ok(())
+        })
+    }
+    fn put_batch(&self, items: &[(&[u8], &[u8])]) -> Res<()> {
+        self.write(true, |t| {
+            for (k, v) in items {
+                t.insert(*k, *v)?;
+            }
+            Ok(())
+        })
+    }
+    fn get(&self, key: &[u8]) -> Res<Option<Vec<u8>>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(REDB_TABLE)?;
+        Ok(t.get(key)?.map(|g| g.value().to_vec()))
+    }
+    fn delete_batch(&self, keys: &[Vec<u8>]) -> Res<()> {
+        self.write(true, |t| {
+            for k in keys {
+                t.remove(k.as_slice())?;
+            }
+            Ok(())
+        })
+    }
+    fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<u64> {
+        use redb::ReadableTable;
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(REDB_TABLE)?;
+        let mut n = 0;
+        for item in t.iter()? {
+            let (k, v) = item?;
+            f(k.value(), v.value());
+            n += 1;
+        }
+        Ok(n)
+    }
+    fn sync(&self) -> Res<()> {
+        let tx = self.db.begin_write()?;
+        tx.commit()?; // Immediate: fsyncs and frees pages of earlier non-durable commits
+        Ok(())
+    }
+}
