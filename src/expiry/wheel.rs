@@ -5,14 +5,19 @@
 //!
 //! # Layout
 //!
-//! * **Slab**: entries in a `Vec` of slots with a `u32` generation bumped on
+//! * **Slab**: values in a `Vec` of slots with a `u32` generation bumped on
 //!   free, plus an index-linked free list. A [`TimerHandle`] is `(index,
 //!   generation)`, so a stale handle is rejected in O(1).
-//! * **Lists**: each live entry is on exactly one intrusive doubly-linked list
-//!   threaded through the slab by `u32` indices, and records which. Chosen over
-//!   per-slot `Vec<(index, generation)>` with lazy skipping because cancel then
-//!   truly removes: no tombstones carried through cascades, no memory growth
-//!   under cancel-heavy use (TTL rewrites), no bitmap bits for dead-only slots.
+//! * **Lists**: each wheel slot (and the due and overflow lists) is a
+//!   contiguous `Vec` of 16-byte `(deadline, index, generation)` items.
+//!   Cascading reads a slot sequentially and re-buckets by deadline without
+//!   touching the slab; only firing does (independent loads, no pointer
+//!   chasing). Drained vectors are kept for reuse up to `KEEP_CAPACITY`.
+//! * **Tombstones**: `cancel` frees the slab slot and leaves its item in place;
+//!   an item whose generation no longer matches is dropped when it reaches
+//!   firing (or is carried along by cascades until then). `len` counts live
+//!   timers exactly; tombstones are counted too, and once they outnumber
+//!   `max(len, COMPACT_MIN)` every list is swept, so memory stays O(len).
 //! * **Levels**: 7 levels of 64 slots with a `u64` occupancy bitmap each; a
 //!   level-`k` slot spans `64^k` s. On levels 0..=5 a `deadline > now` goes to
 //!   the level of the highest bit where it differs from `now`, in the slot of
@@ -27,10 +32,10 @@
 //!
 //! # Invariants (between public calls)
 //!
-//! 1. Every occupied slab slot is on exactly the list its `list` field names;
-//!    `len` counts them. A wheel slot's bitmap bit is set iff its list is
-//!    non-empty.
-//! 2. Every wheel/overflow entry has `deadline > now` and is placed as above
+//! 1. Every live timer has exactly one item (with its generation) on some
+//!    list; `len` counts live timers, `stale` the tombstone items. A wheel
+//!    slot's bitmap bit is set iff its list is non-empty (maybe only stale).
+//! 2. Every wheel/overflow item has `deadline > now` and is placed as above
 //!    relative to `now`, so every occupied wheel slot starts after `now`.
 //!
 //! # Advancing
@@ -64,6 +69,10 @@ const DEAD_HANDLE: TimerHandle = TimerHandle {
     index: NIL,
     generation: 0,
 };
+/// A drained list keeps its allocation for reuse if it holds at most this many items.
+const KEEP_CAPACITY: usize = 4096;
+/// Tombstones always tolerated before a sweep (small under test to exercise it).
+const COMPACT_MIN: usize = if cfg!(test) { 4 } else { 1024 };
 
 /// Handle to a pending timer, returned by [`TimerWheel::insert`] and accepted
 /// by [`TimerWheel::cancel`]. Once the timer fires or is cancelled the handle
@@ -74,22 +83,18 @@ pub struct TimerHandle {
     generation: u32,
 }
 
-struct Node<T> {
+/// A list item: live iff the slab slot `index` still has `generation`.
+#[derive(Clone, Copy)]
+struct Item {
     deadline: u64,
-    value: T,
-    prev: u32,
-    next: u32,
-    list: u16,
-}
-
-enum Slot<T> {
-    Vacant(u32),
-    Occupied(Node<T>),
-}
-
-struct Entry<T> {
+    index: u32,
     generation: u32,
-    slot: Slot<T>,
+}
+
+/// A slab slot; the generation is bumped when an occupied slot is freed.
+enum Entry<T> {
+    Vacant { generation: u32, next_free: u32 },
+    Occupied { generation: u32, value: T },
 }
 
 /// A hierarchical timer wheel mapping whole-second deadlines to values `T`.
@@ -100,7 +105,8 @@ pub struct TimerWheel<T> {
     entries: Vec<Entry<T>>,
     free_head: u32,
     len: usize,
-    heads: [u32; LISTS],
+    stale: usize,
+    lists: Vec<Vec<Item>>,
     occupied: [u64; LEVELS],
     overflow_min: u64,
 }
@@ -108,6 +114,12 @@ pub struct TimerWheel<T> {
 /// The 6-bit digit of `time` for `level`.
 fn digit(time: u64, level: usize) -> usize {
     ((time >> (SLOT_BITS as usize * level)) & (SLOTS as u64 - 1)) as usize
+}
+
+/// Whether `item` still refers to the pending timer it was created for.
+fn is_live<T>(entries: &[Entry<T>], item: &Item) -> bool {
+    let entry = entries.get(item.index as usize);
+    matches!(entry, Some(Entry::Occupied { generation, .. }) if *generation == item.generation)
 }
 
 impl<T> TimerWheel<T> {
@@ -119,7 +131,8 @@ impl<T> TimerWheel<T> {
             entries: Vec::new(),
             free_head: NIL,
             len: 0,
-            heads: [NIL; LISTS],
+            stale: 0,
+            lists: (0..LISTS).map(|_| Vec::new()).collect(),
             occupied: [0; LEVELS],
             overflow_min: u64::MAX,
         }
@@ -148,30 +161,27 @@ impl<T> TimerWheel<T> {
     /// it fires on the next [`advance`](Self::advance), even `advance(now())`.
     /// O(1) amortised.
     pub fn insert(&mut self, deadline: u64, value: T) -> TimerHandle {
-        let (prev, next, list) = (NIL, NIL, 0);
-        let node = Node {
-            deadline,
-            value,
-            prev,
-            next,
-            list,
-        };
-        let Some(handle) = self.alloc(node) else {
+        let Some(handle) = self.alloc(value) else {
             return DEAD_HANDLE;
         };
-        self.place(handle.index, deadline);
+        let (index, generation) = (handle.index, handle.generation);
+        self.place(Item {
+            deadline,
+            index,
+            generation,
+        });
         handle
     }
 
     /// Cancels a pending timer and returns its value, or `None` if the handle
-    /// is stale (the timer already fired or was cancelled). O(1).
+    /// is stale (the timer already fired or was cancelled). O(1) amortised.
     pub fn cancel(&mut self, handle: TimerHandle) -> Option<T> {
-        let entry = self.entries.get(handle.index as usize)?;
-        if entry.generation != handle.generation || !matches!(entry.slot, Slot::Occupied(_)) {
-            return None;
+        let value = self.release(handle.index, handle.generation)?;
+        self.stale += 1;
+        if self.stale > self.len.max(COMPACT_MIN) {
+            self.compact();
         }
-        self.unlink(handle.index);
-        self.release(handle.index).map(|node| node.value)
+        Some(value)
     }
 
     /// A lower bound on the earliest pending deadline; `None` iff empty.
@@ -179,24 +189,27 @@ impl<T> TimerWheel<T> {
     /// The result is exact when the earliest timer is due (deadline `<= now`,
     /// found by scanning the due list, which is non-empty only between an
     /// `insert` of a past deadline and the next `advance`) or sits on level 0
-    /// (deadline in the same 64-second block as `now`). Otherwise it is the
-    /// start second of the earliest occupied higher-level slot (at most
-    /// `64^k - 1` seconds early for level `k`), or, for timers beyond the
-    /// wheel's ~2^42 s horizon, a lower bound that may be stale after
-    /// cancellations. Either way it is `> now` unless something is due, and
-    /// `advance(t)` with `t` below the returned value fires nothing.
+    /// (deadline in the same 64-second block as `now`; found by scanning
+    /// level 0 past tombstone-only slots). Otherwise it is the start second of
+    /// the earliest occupied higher-level slot (at most `64^k - 1` seconds
+    /// early for level `k`, or later still if that slot holds only cancelled
+    /// timers), or, for timers beyond the wheel's ~2^42 s horizon, a lower
+    /// bound that may be stale after cancellations. Either way it is `> now`
+    /// unless something is due, and `advance(t)` with `t` below the returned
+    /// value fires nothing.
     #[must_use]
     pub fn next_deadline(&self) -> Option<u64> {
-        let mut due: Option<u64> = None;
-        let mut cursor = self.heads.get(DUE).copied().unwrap_or(NIL);
-        while let Some(node) = self.node(cursor) {
-            due = Some(due.map_or(node.deadline, |d| d.min(node.deadline)));
-            cursor = node.next;
+        if self.len == 0 {
+            return None;
         }
-        if due.is_some() {
-            return due;
+        let due = self.lists.get(DUE).into_iter().flatten();
+        let due = due
+            .filter(|i| is_live(&self.entries, i))
+            .map(|i| i.deadline);
+        if let Some(due) = due.min() {
+            return Some(due);
         }
-        let wheel = self.next_slot().map(|(at, _)| at);
+        let wheel = self.next_slot(true).map(|(at, _)| at);
         let overflow = self.has_overflow().then_some(self.overflow_min);
         wheel.into_iter().chain(overflow).min()
     }
@@ -212,32 +225,49 @@ impl<T> TimerWheel<T> {
         }
         loop {
             self.drain_due(fired);
-            let next = self.next_slot().into_iter().chain(self.overflow_event());
+            let next = self
+                .next_slot(false)
+                .into_iter()
+                .chain(self.overflow_event());
             let Some((at, list)) = next.min().filter(|&(at, _)| at <= now) else {
                 break;
             };
             self.now = self.now.max(at);
-            let mut cursor = self.take_list(list);
-            while let Some(node) = self.node(cursor) {
-                let (next, deadline) = (node.next, node.deadline);
-                if list < SLOTS && deadline <= self.now {
-                    // Level 0: every entry in the slot has this very deadline.
-                    if let Some(node) = self.release(cursor) {
-                        fired.push((node.deadline, node.value));
-                    }
-                } else {
-                    self.place(cursor, deadline);
-                }
-                cursor = next;
+            let mut batch = self.lists.get_mut(list).map(mem::take).unwrap_or_default();
+            self.set_occupied(list, false);
+            if list == OVERFLOW {
+                self.overflow_min = u64::MAX;
             }
+            if list < SLOTS {
+                // Level 0: every item in the slot has this very deadline.
+                fired.reserve(batch.len());
+                for item in batch.drain(..) {
+                    if item.deadline <= self.now {
+                        self.fire(item, fired);
+                    } else {
+                        self.place(item);
+                    }
+                }
+            } else {
+                for item in batch.drain(..) {
+                    self.place(item);
+                }
+            }
+            self.recycle(list, batch);
         }
         self.now = now;
     }
 
-    /// The earliest occupied wheel slot as `(start second, list)`.
-    fn next_slot(&self) -> Option<(u64, usize)> {
+    /// The earliest occupied wheel slot as `(start second, list)`; with
+    /// `live_only`, level-0 slots holding only tombstones are skipped.
+    fn next_slot(&self, live_only: bool) -> Option<(u64, usize)> {
         let mut best: Option<(u64, usize)> = None;
         for (level, &bits) in self.occupied.iter().enumerate() {
+            let bits = if live_only && level == 0 {
+                self.live_level0(bits)
+            } else {
+                bits
+            };
             if bits == 0 {
                 continue;
             }
@@ -256,6 +286,16 @@ impl<T> TimerWheel<T> {
         best
     }
 
+    /// The subset of level-0 slots in `bits` holding at least one live item.
+    fn live_level0(&self, bits: u64) -> u64 {
+        let slots = self.lists.iter().take(SLOTS).enumerate();
+        slots
+            .filter(|&(slot, items)| {
+                (bits >> slot) & 1 == 1 && items.iter().any(|i| is_live(&self.entries, i))
+            })
+            .fold(0, |live, (slot, _)| live | 1 << slot)
+    }
+
     /// When the overflow list must next be re-examined, as `(second, list)`.
     fn overflow_event(&self) -> Option<(u64, usize)> {
         if !self.has_overflow() {
@@ -268,7 +308,7 @@ impl<T> TimerWheel<T> {
     }
 
     fn has_overflow(&self) -> bool {
-        self.heads.get(OVERFLOW).is_some_and(|&h| h != NIL)
+        self.lists.get(OVERFLOW).is_some_and(|l| !l.is_empty())
     }
 
     /// Which list an entry with `deadline` belongs on, relative to `now`.
@@ -289,74 +329,63 @@ impl<T> TimerWheel<T> {
         }
     }
 
-    /// Pushes the (unlinked) entry `index` onto the list for `deadline`.
-    fn place(&mut self, index: u32, deadline: u64) {
-        let list = self.list_for(deadline);
-        let Some(head) = self.heads.get_mut(list) else {
-            return;
-        };
-        let old = mem::replace(head, index);
-        if let Some(node) = self.node_mut(index) {
-            node.prev = NIL;
-            node.next = old;
-            node.list = list as u16;
-        }
-        if let Some(node) = self.node_mut(old) {
-            node.prev = index;
+    /// Pushes `item` onto the list for its deadline.
+    fn place(&mut self, item: Item) {
+        let list = self.list_for(item.deadline);
+        if let Some(items) = self.lists.get_mut(list) {
+            items.push(item);
         }
         self.set_occupied(list, true);
         if list == OVERFLOW {
-            self.overflow_min = self.overflow_min.min(deadline);
+            self.overflow_min = self.overflow_min.min(item.deadline);
         }
     }
 
-    /// Removes the entry `index` from whatever list it is on.
-    fn unlink(&mut self, index: u32) {
-        let Some(node) = self.node(index) else { return };
-        let (prev, next, list) = (node.prev, node.next, usize::from(node.list));
-        if prev == NIL {
-            if let Some(head) = self.heads.get_mut(list) {
-                *head = next;
-            }
-        } else if let Some(p) = self.node_mut(prev) {
-            p.next = next;
-        }
-        if let Some(n) = self.node_mut(next) {
-            n.prev = prev;
-        }
-        if prev == NIL && next == NIL {
-            self.set_occupied(list, false);
-            if list == OVERFLOW {
-                self.overflow_min = u64::MAX;
+    /// Hands a drained list's allocation back to `list` unless it is large
+    /// or the list has meanwhile been refilled.
+    fn recycle(&mut self, list: usize, batch: Vec<Item>) {
+        if let Some(items) = self.lists.get_mut(list) {
+            if items.capacity() == 0 && batch.capacity() <= KEEP_CAPACITY {
+                *items = batch;
             }
         }
     }
 
-    /// Detaches a whole list and returns its head; its nodes keep stale links
-    /// that the caller follows once and overwrites.
-    fn take_list(&mut self, list: usize) -> u32 {
-        self.set_occupied(list, false);
-        if list == OVERFLOW {
-            self.overflow_min = u64::MAX;
-        }
-        self.heads
-            .get_mut(list)
-            .map_or(NIL, |head| mem::replace(head, NIL))
-    }
-
-    /// Fires the due list, sorted by deadline.
+    /// Fires everything on the due list, sorted by deadline.
     fn drain_due(&mut self, fired: &mut Vec<(u64, T)>) {
-        let start = fired.len();
-        let mut cursor = self.take_list(DUE);
-        while let Some(next) = self.node(cursor).map(|node| node.next) {
-            if let Some(node) = self.release(cursor) {
-                fired.push((node.deadline, node.value));
+        let Some(mut batch) = self.lists.get_mut(DUE).map(mem::take) else {
+            return;
+        };
+        batch.sort_unstable_by_key(|item| item.deadline);
+        for item in batch.drain(..) {
+            self.fire(item, fired);
+        }
+        self.recycle(DUE, batch);
+    }
+
+    /// Releases `item`'s timer into `fired`, or drops it if it is a tombstone.
+    fn fire(&mut self, item: Item, fired: &mut Vec<(u64, T)>) {
+        match self.release(item.index, item.generation) {
+            Some(value) => fired.push((item.deadline, value)),
+            None => self.stale = self.stale.saturating_sub(1),
+        }
+    }
+
+    /// Drops every tombstone, clearing bits of wheel slots left empty.
+    fn compact(&mut self) {
+        let entries = &self.entries;
+        for (list, items) in self.lists.iter_mut().enumerate() {
+            items.retain(|item| is_live(entries, item));
+            if items.capacity() > KEEP_CAPACITY && items.len() < items.capacity() / 4 {
+                items.shrink_to_fit();
             }
-            cursor = next;
+            if let (true, Some(bits)) = (items.is_empty(), self.occupied.get_mut(list / SLOTS)) {
+                *bits &= !(1u64 << (list % SLOTS));
+            }
         }
-        if let Some(batch) = fired.get_mut(start..) {
-            batch.sort_by_key(|&(deadline, _)| deadline);
-        }
+        let overflow = self.lists.get(OVERFLOW).into_iter().flatten();
+        self.overflow_min = overflow.map(|i| i.deadline).min().unwrap_or(u64::MAX);
+        self.stale = 0;
     }
 
     /// Sets or clears a wheel slot's bitmap bit (`DUE`/`OVERFLOW` have none).
@@ -367,29 +396,18 @@ impl<T> TimerWheel<T> {
         }
     }
 
-    fn node(&self, index: u32) -> Option<&Node<T>> {
-        match &self.entries.get(index as usize)?.slot {
-            Slot::Occupied(node) => Some(node),
-            Slot::Vacant(_) => None,
-        }
-    }
-
-    fn node_mut(&mut self, index: u32) -> Option<&mut Node<T>> {
-        match &mut self.entries.get_mut(index as usize)?.slot {
-            Slot::Occupied(node) => Some(node),
-            Slot::Vacant(_) => None,
-        }
-    }
-
-    /// Stores `node` in a free slab slot; `None` only if the slab is full.
-    fn alloc(&mut self, node: Node<T>) -> Option<TimerHandle> {
+    /// Stores `value` in a free slab slot; `None` only if the slab is full.
+    fn alloc(&mut self, value: T) -> Option<TimerHandle> {
         let index = self.free_head;
         if let Some(entry) = self.entries.get_mut(index as usize) {
-            if let Slot::Vacant(next_free) = entry.slot {
+            if let Entry::Vacant {
+                generation,
+                next_free,
+            } = *entry
+            {
                 self.free_head = next_free;
-                entry.slot = Slot::Occupied(node);
+                *entry = Entry::Occupied { generation, value };
                 self.len += 1;
-                let generation = entry.generation;
                 return Some(TimerHandle { index, generation });
             }
         }
@@ -397,26 +415,32 @@ impl<T> TimerWheel<T> {
             .ok()
             .filter(|&i| i != NIL)?;
         let generation = 0;
-        let slot = Slot::Occupied(node);
-        self.entries.push(Entry { generation, slot });
+        self.entries.push(Entry::Occupied { generation, value });
         self.len += 1;
         Some(TimerHandle { index, generation })
     }
 
-    /// Frees slab slot `index` (already unlinked) and returns its node.
-    fn release(&mut self, index: u32) -> Option<Node<T>> {
+    /// Frees slab slot `index` if it still holds `generation`; returns its value.
+    fn release(&mut self, index: u32, generation: u32) -> Option<T> {
         let entry = self.entries.get_mut(index as usize)?;
-        match mem::replace(&mut entry.slot, Slot::Vacant(self.free_head)) {
-            Slot::Occupied(node) => {
-                entry.generation = entry.generation.wrapping_add(1);
+        if !matches!(entry, Entry::Occupied { generation: g, .. } if *g == generation) {
+            return None;
+        }
+        let next_free = self.free_head;
+        let generation = generation.wrapping_add(1);
+        match mem::replace(
+            entry,
+            Entry::Vacant {
+                generation,
+                next_free,
+            },
+        ) {
+            Entry::Occupied { value, .. } => {
                 self.free_head = index;
                 self.len = self.len.saturating_sub(1);
-                Some(node)
+                Some(value)
             }
-            vacant => {
-                entry.slot = vacant;
-                None
-            }
+            Entry::Vacant { .. } => None,
         }
     }
 }
@@ -518,8 +542,23 @@ mod tests {
         let mut w = TimerWheel::new(now);
         w.insert(now + B36, ());
         w.insert(now + 63 * B36, ());
-        assert_eq!(w.heads.get(OVERFLOW), Some(&NIL));
+        assert!(w.lists.get(OVERFLOW).is_some_and(Vec::is_empty));
         assert_eq!(run(&mut w, now + B36).len(), 1);
+    }
+
+    #[test]
+    fn cancel_heavy_use_keeps_tombstones_bounded() {
+        let mut w = TimerWheel::new(0);
+        w.insert(1 << 20, u64::MAX);
+        for i in 0..100_000u64 {
+            let h = w.insert(1000 + i % 5000, i);
+            assert_eq!(w.cancel(h), Some(i));
+            let items: usize = w.lists.iter().map(Vec::len).sum();
+            assert!(items <= 2 * COMPACT_MIN + 2 && w.len() == 1);
+        }
+        assert!(w.next_deadline().is_some_and(|d| d <= 1 << 20));
+        assert_eq!(run(&mut w, 1 << 20), vec![(1 << 20, u64::MAX)]);
+        assert_eq!((w.stale, w.next_deadline()), (0, None));
     }
 
     #[test]
