@@ -97,6 +97,13 @@ fn main() -> ebbdb::Result<()> {
             "get (1 thread, uniform random, warm)    {}",
             rate(n, t.elapsed())
         );
+        let t = Instant::now();
+        let scanned = ks.iter().filter(Result::is_ok).count();
+        assert_eq!(scanned, n);
+        println!(
+            "full scan (keys in order)               {}",
+            rate(n, t.elapsed())
+        );
     }
 
     // Open (recovery) time with hints and without, and RSS per key.

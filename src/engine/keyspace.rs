@@ -276,7 +276,9 @@ pub struct Iter {
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
     prefix: Option<Vec<u8>>,
-    buf: VecDeque<(Vec<u8>, Entry, SegRef)>,
+    buf: VecDeque<(Vec<u8>, Entry)>,
+    /// The segments holding the entries of the current chunk, pinned while it is read.
+    segs: Vec<(u32, SegRef)>,
     done: bool,
 }
 
@@ -298,6 +300,7 @@ impl Iter {
             upper,
             prefix,
             buf: VecDeque::new(),
+            segs: Vec::new(),
             done,
         }
     }
@@ -310,6 +313,9 @@ impl Iter {
         );
         let mut last = None;
         let mut taken = 0;
+        // One look at the segment set per chunk; entries usually share a few segments.
+        let set = self.ks.inner().segments.read();
+        self.segs.clear();
         for (k, e) in st.map.range::<[u8], _>(bounds) {
             if let Some(p) = &self.prefix {
                 if !k.starts_with(p) {
@@ -320,9 +326,17 @@ impl Iter {
             last = Some(k);
             taken += 1;
             if st.is_live(e, self.now) {
-                if let Some(seg) = self.ks.inner().locate(e) {
-                    self.buf.push_back((k.to_vec(), *e, seg));
+                if !self.segs.iter().any(|(id, _)| *id == e.file) {
+                    let seg = if set.active.id == e.file {
+                        Some(SegRef::Active(Arc::clone(&set.active)))
+                    } else {
+                        set.sealed.get(&e.file).cloned().map(SegRef::Sealed)
+                    };
+                    if let Some(seg) = seg {
+                        self.segs.push((e.file, seg));
+                    }
                 }
+                self.buf.push_back((k.to_vec(), *e));
             }
             if taken >= CHUNK {
                 break;
@@ -340,8 +354,11 @@ impl Iterator for Iter {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some((k, e, seg)) = self.buf.pop_front() {
-                return Some(self.ks.inner().read_value(&seg, &e, &k).map(|v| (k, v)));
+            if let Some((k, e)) = self.buf.pop_front() {
+                let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
+                    continue; // its segment was not published (cannot happen under the lock)
+                };
+                return Some(self.ks.inner().read_value(seg, &e, &k).map(|v| (k, v)));
             }
             if self.done {
                 return None;
