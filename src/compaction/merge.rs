@@ -86,9 +86,7 @@ impl Outputs<'_> {
             let id = {
                 let mut log = self.inner.log.lock();
                 let id = log.manifest.next_file_id;
-                log.manifest.next_file_id = id
-                    .checked_add(1)
-                    .ok_or_else(|| Error::TooLarge("segment file ids exhausted".into()))?;
+                log.manifest.next_file_id = crate::engine::next_id(id)?;
                 id
             };
             let header = SegmentHeader {

@@ -19,7 +19,7 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
-pub(crate) use write::Current;
+pub(crate) use write::{next_id, Current};
 
 use crate::error::{Error, Result};
 use crate::expiry::wheel::TimerWheel;

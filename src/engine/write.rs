@@ -69,6 +69,14 @@ fn check_default(default: DefaultTtl) -> Result<()> {
     }
 }
 
+/// The id after `id`, refusing to go past what `open` accepts (a store at the limit refuses the
+/// operation but stays openable).
+pub(crate) fn next_id(id: u32) -> Result<u32> {
+    id.checked_add(1)
+        .filter(|&n| n <= super::recovery::MAX_FILE_ID)
+        .ok_or_else(|| Error::TooLarge("file or keyspace ids exhausted".into()))
+}
+
 /// What a write did to each op: whether a live version existed before it.
 pub(crate) type Existed = Vec<bool>;
 
@@ -158,6 +166,11 @@ impl Inner {
                 return Ok(Vec::new());
             }
             let batch = atomic && ops.len() > 1;
+            // Never take a counter past what `open` accepts: a store at the limit refuses writes
+            // but stays openable.
+            if log.next_seq.saturating_add(ops.len() as u64 + 1) > super::recovery::MAX_SEQ {
+                return Err(Error::TooLarge("sequence numbers exhausted".into()));
+            }
             let header_len = record::encoded_len(0, 4);
             let total = usize::from(batch) * header_len
                 + ops
@@ -329,9 +342,7 @@ impl Inner {
         let new_id = log.manifest.next_file_id;
         let fresh = ActiveWriter::create(&self.dir, new_id, log.next_seq, self.opts.segment_size)?;
         let mut manifest = log.manifest.clone();
-        manifest.next_file_id = new_id
-            .checked_add(1)
-            .ok_or_else(|| Error::TooLarge("segment file ids exhausted".into()))?;
+        manifest.next_file_id = next_id(new_id)?;
         manifest.next_seq = log.next_seq;
         manifest.sealed.push(sealed_id);
         manifest.active = Some(new_id);
@@ -387,9 +398,7 @@ impl Inner {
             default,
         }];
         let mut manifest = log.manifest.clone();
-        manifest.next_keyspace_id = id
-            .checked_add(1)
-            .ok_or_else(|| Error::TooLarge("keyspace ids exhausted".into()))?;
+        manifest.next_keyspace_id = next_id(id)?;
         manifest.next_seq = log.next_seq;
         manifest.keyspaces.push(KeyspaceMeta {
             id,

@@ -103,6 +103,8 @@ pub struct ActiveWriter {
     path: std::path::PathBuf,
     /// Physical length of the file: written records, then zeros.
     zeroed_to: u64,
+    /// How far ahead to zero-fill: `PREALLOCATE`, but never more than a segment.
+    prealloc: u64,
 }
 
 impl ActiveWriter {
@@ -131,6 +133,7 @@ impl ActiveWriter {
             len,
             path,
             zeroed_to: len,
+            prealloc: PREALLOCATE.min(map_len.max(4096)),
         })
     }
 
@@ -170,6 +173,7 @@ impl ActiveWriter {
             len: valid_len,
             path: segment_path(dir, header.id),
             zeroed_to,
+            prealloc: PREALLOCATE.min(map_len.max(4096)),
         })
     }
 
@@ -249,7 +253,7 @@ impl ActiveWriter {
         let end = at + self.buf.len() as u64;
         if end > self.zeroed_to {
             // Extend with zeros well past this write, so the next appends overwrite.
-            let target = end + PREALLOCATE;
+            let target = end + self.prealloc;
             let zeros = vec![0u8; (target - end) as usize];
             faults::write_all_at(&self.shared.file, &self.path, &zeros, end)?;
             self.zeroed_to = target;
