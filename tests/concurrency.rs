@@ -83,12 +83,20 @@ fn reads_stay_correct_while_merges_and_expiry_run() -> ebbdb::Result<()> {
         let versions = writer.join().expect("writer")?;
         let merges = maint.join().expect("maintenance")?;
         stop.store(true, Ordering::Relaxed);
+        let mut reads = 0;
         for r in readers {
-            assert!(r.join().expect("reader")? > 0);
+            let n = r.join().expect("reader")?;
+            assert!(n > 0);
+            reads += n;
         }
         assert!(
             versions > 10 && merges > 0,
             "versions {versions}, merges {merges}"
+        );
+        eprintln!(
+            "stress: 3 s, {} writes, {reads} checked reads from 2 threads, {merges} segments \
+             merged, 0 stale or torn values",
+            versions * (KEYS + 1)
         );
         Ok(())
     })?;
