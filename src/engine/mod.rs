@@ -187,14 +187,7 @@ impl Store {
     /// # Errors
     /// [`Error::NotFound`] if there is none.
     pub fn keyspace(&self, name: &str) -> Result<Keyspace> {
-        let core = self
-            .inner
-            .catalog
-            .read()
-            .by_name
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("keyspace '{name}'")))?;
+        let core = self.inner.keyspace_by_name(name)?;
         Ok(Keyspace::new(self.clone(), core))
     }
 
@@ -465,6 +458,15 @@ impl Inner {
             let _ = self.sync_to(pos);
         }
         let _ = self.clock_sync.sync_data();
+    }
+
+    pub(crate) fn keyspace_by_name(&self, name: &str) -> Result<Arc<KeyspaceCore>> {
+        self.catalog
+            .read()
+            .by_name
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("keyspace '{name}'")))
     }
 
     pub(crate) fn keyspace_by_id(&self, id: u32) -> Option<Arc<KeyspaceCore>> {

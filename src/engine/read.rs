@@ -47,16 +47,7 @@ impl Inner {
     /// Copies out the value of the record `e` for `key`.
     pub(crate) fn read_value(&self, seg: &SegRef, e: &Entry, key: &[u8]) -> Result<Vec<u8>> {
         match seg {
-            SegRef::Sealed(s) => {
-                let bytes = s.read(e.offset, e.len).ok_or_else(|| {
-                    Error::corruption(
-                        s.path(),
-                        u64::from(e.offset),
-                        "record beyond end of segment",
-                    )
-                })?;
-                decode_value(bytes, e, key, s.path())
-            }
+            SegRef::Sealed(s) => read_sealed(s, e, key),
             SegRef::Active(a) => {
                 if let Some(bytes) = a.read_mapped(e.offset, e.len) {
                     return decode_value(bytes, e, key, &self.seg_path(e.file));
@@ -78,40 +69,40 @@ impl Inner {
         e: &Entry,
         key: &[u8],
     ) -> Result<Vec<u8>> {
-        if let SegRef::Active(a) = seg {
-            if log.active.id() == a.id {
-                if let Some(bytes) = log.active.read_buffered(e.offset, e.len) {
-                    return decode_value(bytes, e, key, &self.seg_path(e.file));
-                }
+        let a = match seg {
+            SegRef::Sealed(s) => return read_sealed(s, e, key),
+            SegRef::Active(a) => a,
+        };
+        if log.active.id() == a.id {
+            if let Some(bytes) = log.active.read_buffered(e.offset, e.len) {
+                return decode_value(bytes, e, key, &self.seg_path(e.file));
             }
-            // Flushed (possibly by a rotation since the lookup).
-            let bytes = a.read_flushed(e.offset, e.len)?.ok_or_else(|| {
-                Error::corruption(
-                    self.seg_path(e.file),
-                    u64::from(e.offset),
-                    "record not in active segment",
-                )
-            })?;
-            return decode_value(&bytes, e, key, &self.seg_path(e.file));
         }
-        match seg {
-            SegRef::Sealed(s) => {
-                let bytes = s.read(e.offset, e.len).ok_or_else(|| {
-                    Error::corruption(
-                        s.path(),
-                        u64::from(e.offset),
-                        "record beyond end of segment",
-                    )
-                })?;
-                decode_value(bytes, e, key, s.path())
-            }
-            SegRef::Active(_) => Err(Error::Closed),
-        }
+        // Flushed (possibly by a rotation since the lookup).
+        let bytes = a.read_flushed(e.offset, e.len)?.ok_or_else(|| {
+            Error::corruption(
+                self.seg_path(e.file),
+                u64::from(e.offset),
+                "record not in active segment",
+            )
+        })?;
+        decode_value(&bytes, e, key, &self.seg_path(e.file))
     }
 
     fn seg_path(&self, id: u32) -> std::path::PathBuf {
         crate::log::segment_path(&self.dir, id)
     }
+}
+
+fn read_sealed(s: &Segment, e: &Entry, key: &[u8]) -> Result<Vec<u8>> {
+    let bytes = s.read(e.offset, e.len).ok_or_else(|| {
+        Error::corruption(
+            s.path(),
+            u64::from(e.offset),
+            "record beyond end of segment",
+        )
+    })?;
+    decode_value(bytes, e, key, s.path())
 }
 
 fn decode_value(bytes: &[u8], e: &Entry, key: &[u8], path: &std::path::Path) -> Result<Vec<u8>> {

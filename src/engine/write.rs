@@ -425,13 +425,7 @@ impl Inner {
     pub(crate) fn delete_keyspace(&self, name: &str) -> Result<()> {
         self.check_writable()?;
         let mut log = self.log.lock();
-        let core = self
-            .catalog
-            .read()
-            .by_name
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("keyspace '{name}'")))?;
+        let core = self.keyspace_by_name(name)?;
         let mut manifest = log.manifest.clone();
         manifest.keyspaces.retain(|k| k.id != core.id);
         manifest.next_seq = log.next_seq;
