@@ -154,6 +154,15 @@ pub fn expires_at(ts: u64, own: ItemTtl, history: &[TtlChange]) -> u64 {
     NEVER
 }
 
+/// The Cosmos 400 for an invalid TTL; `field` is `ttl` or `defaultTtl`, `shown` the value as
+/// written. The one place this text lives (engine and document layer both use it).
+pub(crate) fn invalid_ttl(field: &str, shown: &str) -> crate::error::Error {
+    crate::error::Error::BadRequest(format!(
+        "The input {field} '{shown}' is invalid. Ensure to provide a nonzero positive integer less \
+         than or equal to '{MAX_TTL_SECS}', or '-1' which means never expire."
+    ))
+}
+
 /// True when an item with deadline `expires_at` is expired at second `now` (SPEC §1:
 /// `_ts + e <= now_s`).
 #[must_use]

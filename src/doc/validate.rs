@@ -29,13 +29,7 @@ pub(crate) fn render(v: &Value) -> String {
     }
 }
 
-/// The Cosmos 400 for an invalid TTL; `field` is `ttl` or `defaultTtl`, `shown` the value as written.
-pub(crate) fn invalid_ttl(field: &str, shown: &str) -> Error {
-    Error::BadRequest(format!(
-        "The input {field} '{shown}' is invalid. Ensure to provide a nonzero positive integer less \
-         than or equal to '{MAX_TTL_SECS}', or '-1' which means never expire."
-    ))
-}
+pub(crate) use crate::ttl::invalid_ttl;
 
 /// Parses a TTL value that must be `-1` or a whole number in `1..=2147483647`.
 ///

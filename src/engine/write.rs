@@ -51,9 +51,9 @@ pub(crate) fn check_key_value(key: &[u8], value: &[u8]) -> Result<()> {
 
 pub(crate) fn check_ttl(ttl: ItemTtl) -> Result<()> {
     match ttl {
-        ItemTtl::Seconds(n) if n == 0 || n > ttl::MAX_TTL_SECS => Err(Error::BadRequest(format!(
-            "The input ttl '{n}' is invalid. Ensure to provide a nonzero positive integer less than or equal to '2147483647', or '-1' which means never expire."
-        ))),
+        ItemTtl::Seconds(n) if n == 0 || n > ttl::MAX_TTL_SECS => {
+            Err(ttl::invalid_ttl("ttl", &n.to_string()))
+        }
         _ => Ok(()),
     }
 }
@@ -63,9 +63,7 @@ fn check_default(default: DefaultTtl) -> Result<()> {
         Ok(())
     } else {
         let v = default.to_json_value().unwrap_or(0);
-        Err(Error::BadRequest(format!(
-            "The input defaultTtl '{v}' is invalid. Ensure to provide a nonzero positive integer less than or equal to '2147483647', or '-1' which means never expire."
-        )))
+        Err(ttl::invalid_ttl("defaultTtl", &v.to_string()))
     }
 }
 
