@@ -24,6 +24,8 @@ mod open_segment;
 mod ops_model;
 #[path = "../fuzz/targets_logic/record_decode.rs"]
 mod record_decode;
+#[path = "../fuzz/targets_logic/scratch.rs"]
+mod scratch;
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

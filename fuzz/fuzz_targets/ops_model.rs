@@ -2,6 +2,9 @@
 //! `../targets_logic/ops_model.rs`, which `tests/fuzz_corpus.rs` also runs over the checked-in corpus.
 #![no_main]
 
+#[path = "../targets_logic/scratch.rs"]
+mod scratch;
+
 #[allow(dead_code)]
 #[path = "../targets_logic/ops_model.rs"]
 mod logic;

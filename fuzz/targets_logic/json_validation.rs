@@ -11,8 +11,7 @@
 //!   reads back equal. The container is the one the input describes, when the input is valid
 //!   container properties, so the partition key path comes from the input too.
 
-use std::path::Path;
-
+use crate::scratch::scratch_dir;
 use ebbdb::clock::ManualClock;
 use ebbdb::doc::partition;
 use ebbdb::doc::validate::{item_object, parse_item_ttl, validate_id, SYSTEM_PROPERTIES};
@@ -21,18 +20,6 @@ use serde_json::Value;
 
 const T0: u64 = 1_700_000_000;
 const MAX_ITEM: usize = 512;
-
-fn scratch_dir() -> tempfile::TempDir {
-    let mut b = tempfile::Builder::new();
-    b.prefix("ebbdb-fuzz-");
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = b.tempdir_in(shm) {
-            return d;
-        }
-    }
-    b.tempdir().expect("create a temporary directory")
-}
 
 /// Runs one input.
 pub fn run(data: &[u8]) {

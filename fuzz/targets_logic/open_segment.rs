@@ -23,10 +23,10 @@
 //! succeeds; if Strict opens, Salvage opens too and both show the same keyspaces and data.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::scratch::scratch_dir;
 use ebbdb::clock::ManualClock;
 use ebbdb::format::{SegmentHeader, SEGMENT_HEADER_LEN};
 use ebbdb::log::manifest::Manifest;
@@ -40,22 +40,6 @@ struct Template {
     active: u32,
     /// Sealed segment ids, ascending.
     sealed: Vec<u32>,
-}
-
-fn scratch_dir() -> tempfile::TempDir {
-    // tmpfs makes the fsyncs of open and close nearly free, which keeps executions fast.
-    let shm = Path::new("/dev/shm");
-    let builder = {
-        let mut b = tempfile::Builder::new();
-        b.prefix("ebbdb-fuzz-");
-        b
-    };
-    if shm.is_dir() {
-        if let Ok(d) = builder.tempdir_in(shm) {
-            return d;
-        }
-    }
-    builder.tempdir().expect("create a temporary directory")
 }
 
 fn options(clock: &ManualClock, mode: RecoveryMode) -> Options {

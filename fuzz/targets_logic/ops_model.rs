@@ -35,27 +35,15 @@
 //! every event, and expiry is final: a later setting never revives it).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
+use crate::scratch::scratch_dir;
 use ebbdb::clock::{Clock, ManualClock};
 use ebbdb::{DefaultTtl, Expiry, Keyspace, Options, Store, SyncPolicy, Ttl, WriteBatch};
 
 const T0_MS: u64 = 1_700_000_000_000;
 const MAX_OPS: usize = 64;
 const KEYS: u8 = 10;
-
-fn scratch_dir() -> tempfile::TempDir {
-    let mut b = tempfile::Builder::new();
-    b.prefix("ebbdb-fuzz-");
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = b.tempdir_in(shm) {
-            return d;
-        }
-    }
-    b.tempdir().expect("create a temporary directory")
-}
 
 struct Input<'a> {
     data: &'a [u8],
