@@ -55,6 +55,13 @@ fn opts(clock: &ManualClock) -> Options {
     Options::default().clock(clock.clone())
 }
 
+/// Small segments and no fsync, so merges happen quickly.
+fn small_opts(clock: &ManualClock) -> Options {
+    opts(clock)
+        .segment_size(4096)
+        .sync(ebbdb::SyncPolicy::Never)
+}
+
 fn item(id: &str, pk: &str) -> Value {
     json!({"id": id, "pk": pk, "body": format!("{id} in {pk}")})
 }
@@ -957,12 +964,7 @@ fn rule9_expiry_writes_no_delete_record() -> TestResult {
 fn rule9_dropping_an_expired_record_never_resurrects_an_older_version() -> TestResult {
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at_unix_secs(T0);
-    let small = || {
-        Options::default()
-            .clock(clock.clone())
-            .segment_size(4096)
-            .sync(ebbdb::SyncPolicy::Never)
-    };
+    let small = || small_opts(&clock);
     let pad = "x".repeat(300);
     {
         let db = Database::open_with(dir.path(), small())?;
@@ -1019,12 +1021,7 @@ fn rule9_dropping_an_expired_record_never_resurrects_an_older_version() -> TestR
 fn rule9_purged_expired_version_stays_gone_when_ttl_is_turned_off_and_reopened() -> TestResult {
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at_unix_secs(T0);
-    let small = || {
-        Options::default()
-            .clock(clock.clone())
-            .segment_size(4096)
-            .sync(ebbdb::SyncPolicy::Never)
-    };
+    let small = || small_opts(&clock);
     let pad = "x".repeat(300);
     let props = |ttl| ContainerProperties::new("c", "/pk").with_default_ttl(ttl);
     {
