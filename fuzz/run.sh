@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Fuzzes each target (or the ones named) for SECONDS seconds with cargo-fuzz on the stable
-# toolchain (RUSTC_BOOTSTRAP=1 lets stable accept the -Z flags cargo-fuzz passes).
+# Fuzzes each target (or the ones named) with cargo-fuzz on the stable toolchain
+# (RUSTC_BOOTSTRAP=1 lets stable accept the -Z flags cargo-fuzz passes). Two modes:
 #
-#   fuzz/run.sh [SECONDS] [TARGET...]        (default: 15 seconds, every target)
+#   fuzz/run.sh [SECONDS] [TARGET...]          campaign: SECONDS per target (default 15),
+#                                              random seed; run before resolving engine or
+#                                              parser work, e.g. `fuzz/run.sh 600`
+#   fuzz/run.sh --ci [TARGET...]               what CI runs: a fixed seed and a fixed number
+#                                              of executions per target (table below), so the
+#                                              same commit gets the same verdict
 #
 # New inputs go to a scratch corpus (the checked-in fuzz/corpus/<target>/ is only read);
 # crash, timeout and OOM reproducers go to fuzz/artifacts/<target>/.
@@ -12,9 +17,29 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 
-secs="${1:-15}"
-shift || true
+ci=0
+if [ "${1:-}" = "--ci" ]; then
+  ci=1
+  shift
+  secs=0
+else
+  secs="${1:-15}"
+  shift || true
+fi
 targets=("$@")
+# --ci: executions per target, chosen so each takes well under a minute on CI's 2-core machine
+# (an execution of open_segment or ops_model builds and reopens a small database, so they get
+# fewer). The seed is fixed; libFuzzer then mutates the same way each run.
+ci_runs() {
+  case "$1" in
+    record_decode | hint_decode) echo 1000000 ;;
+    json_validation) echo 50000 ;;
+    open_segment) echo 3000 ;;
+    ops_model) echo 2000 ;;
+    *) echo 5000 ;;
+  esac
+}
+CI_SEED=20261123
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(record_decode hint_decode open_segment json_validation ops_model)
 fi
@@ -35,11 +60,19 @@ status=0
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t"
   log="$work/$t.log"
-  echo "== fuzz $t for ${secs}s"
-  # libFuzzer stops itself after -max_total_time; the outer timeout is only a backstop.
-  timeout --kill-after=10 $((secs + 120)) \
+  if [ $ci -eq 1 ]; then
+    limit=(-runs="$(ci_runs "$t")" -seed="$CI_SEED")
+    backstop=900
+    echo "== fuzz $t: ${limit[*]}"
+  else
+    limit=(-max_total_time="$secs")
+    backstop=$((secs + 120))
+    echo "== fuzz $t for ${secs}s"
+  fi
+  # libFuzzer stops itself after -runs / -max_total_time; the outer timeout is only a backstop.
+  timeout --kill-after=10 "$backstop" \
     cargo fuzz run "$t" --target-dir "$target_dir" "$work/$t" "corpus/$t" -- \
-    -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1
+    "${limit[@]}" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1
   rc=$?
   grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$log" || true
   if [ $rc -eq 0 ]; then

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::database::Database;
+use super::finite;
 use super::partition::{self, PartitionKey};
 use super::properties::ContainerProperties;
 use super::validate;
@@ -98,6 +99,8 @@ impl Container {
     }
 
     fn prepare(&self, item: &impl Serialize) -> Result<(Prepared, PartitionKey, String)> {
+        finite::check(item)
+            .map_err(|e| Error::BadRequest(format!("item is not valid JSON: {e}")))?;
         let value = serde_json::to_value(item)
             .map_err(|e| Error::BadRequest(format!("item is not valid JSON: {e}")))?;
         validate::item_object(&value)?;
