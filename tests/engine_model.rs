@@ -1,7 +1,7 @@
 //! Model test: random operation sequences (put, put with TTL, delete, batch, get, range, clock
 //! advance, default-TTL change, expiry pass, compaction, reopen) against a plain in-memory
-//! model that implements SPEC §2 by itself (flag-based expiry, re-checked at every event), so it
-//! shares no code with `ttl.rs`.
+//! model that implements `docs/contract.md` §2 by itself (flag-based expiry, re-checked at every
+//! event), so it shares no code with `ttl.rs`.
 
 mod common;
 
@@ -63,7 +63,7 @@ struct Item {
     ttl: Option<Ttl>,
 }
 
-/// SPEC §2 written out plainly: an item is flagged expired at the first event at which the
+/// Contract §2 written out plainly: an item is flagged expired at the first event at which the
 /// setting in force says `ts + e <= now`; a flag is never cleared.
 #[derive(Debug, Default)]
 struct Model {

@@ -28,7 +28,7 @@ pub enum Expiry {
     },
 }
 
-/// A named map from byte keys to byte values with TTL rules (SPEC §2).
+/// A named map from byte keys to byte values with TTL rules (`docs/contract.md` §2).
 ///
 /// Cheap to clone. Reads evaluate expiry against one `now` per call, so an expired key is
 /// invisible to `get`, scans and `len` the instant it expires.
@@ -193,8 +193,8 @@ impl Keyspace {
         }))
     }
 
-    /// Changes the default TTL from this moment on (SPEC §2 rule 6). Items that already
-    /// expired stay expired (rule 7).
+    /// Changes the default TTL from this moment on (`docs/contract.md` §2 rule 6). Items that
+    /// already expired stay expired (rule 7).
     ///
     /// # Errors
     /// [`Error::BadRequest`] for `Seconds(0)` or above 2147483647; I/O errors writing the
