@@ -306,13 +306,37 @@ impl Store {
 
     /// Test hook: make the next merge stop at `at` as if the process died there (the store is
     /// poisoned; reopen it to check what survives).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn set_merge_crash_point(&self, at: Option<crate::compaction::merge::CrashPoint>) {
         *self.inner.merge_crash_at.lock() = at;
     }
 }
 
+#[cfg(feature = "test-hooks")]
+impl Store {
+    /// Test hook: the process dies now. The background worker stops, nothing more is written:
+    /// what sits in the write buffer is lost, what was written to files stays (as after
+    /// `kill -9`, the OS keeps its cache). Every later write fails with [`Error::Closed`];
+    /// drop every handle, then reopen the directory to see what survived. Combine with
+    /// `faults::power_loss` to also lose what was never fsynced.
+    #[doc(hidden)]
+    pub fn simulate_crash(&self) {
+        self.inner.crash();
+    }
+}
+
 impl Inner {
+    /// See [`Store::simulate_crash`].
+    #[cfg(feature = "test-hooks")]
+    fn crash(&self) {
+        self.closed.store(true, Ordering::Release);
+        let worker = self.worker.lock().take();
+        if let Some(w) = worker {
+            w.shutdown();
+        }
+    }
+
     pub(crate) fn now_ms(&self) -> u64 {
         let clock = self.opts.clock.now_unix_millis();
         let prev = self.hw_ms.fetch_max(clock, Ordering::AcqRel);
@@ -448,7 +472,10 @@ impl Inner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(w) = self.worker.lock().take() {
+        // Take the handle out before joining: the worker may need this mutex to finish its
+        // current job (a rotation sends it a message), so it must not be held across the join.
+        let worker = self.worker.lock().take();
+        if let Some(w) = worker {
             w.shutdown();
         }
         // The last `now` any call used must survive the close, even if no call wrote it yet.
