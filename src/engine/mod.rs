@@ -88,6 +88,9 @@ pub(crate) struct Inner {
     pub(crate) poisoned: AtomicBool,
     closed: AtomicBool,
     hw_ms: AtomicU64,
+    /// While a default-TTL change is being made durable, the instant it takes effect: `now`
+    /// stands still there for everyone (see [`TimeFence`]). [`NO_FENCE`] otherwise.
+    fence_ms: AtomicU64,
     persisted_s: AtomicU64,
     clockfile: Mutex<(ClockFile, ClockState)>,
     /// Second handle to `CLOCK`, fsynced without holding `clockfile`.
@@ -100,6 +103,35 @@ pub(crate) struct Inner {
     worker: Mutex<Option<WorkerHandle>>,
     pub(crate) worker_error: Mutex<Option<String>>,
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
+}
+
+/// `fence_ms` when no fence is up.
+pub(crate) const NO_FENCE: u64 = u64::MAX;
+/// `fence_ms` while a fence is being raised.
+const FENCE_PENDING: u64 = u64::MAX - 1;
+
+/// Time stands still while a default-TTL change becomes durable.
+///
+/// A change applies from the second `since` on, and the old setting applies up to and
+/// including `since` (closed intervals, `ttl::expires_at`). Readers must therefore never
+/// evaluate the old setting at a time after `since`: an item they saw expire then could be
+/// live under the new setting. The change is installed only after its manifest is fsynced, and
+/// readers must not wait for that fsync. So, while the change is in flight, every `now` the
+/// store hands out is clamped to the fence instant `at` (`since = at / 1000`): readers keep
+/// the old setting but see no later time, writers stamp `at`. Raising the fence is ordered
+/// against `now_ms` (both SeqCst): a `now` taken before the fence's `hw_ms` read is at most
+/// `at`; one taken after sees the fence (or spins for the instant it is pending). The new
+/// history is installed before the fence drops, so a `now` past `at` always meets it.
+pub(crate) struct TimeFence<'a> {
+    inner: &'a Inner,
+    /// The instant at which time stands still (Unix ms).
+    pub(crate) at: u64,
+}
+
+impl Drop for TimeFence<'_> {
+    fn drop(&mut self) {
+        self.inner.fence_ms.store(NO_FENCE, Ordering::SeqCst);
+    }
 }
 
 /// Everything guarded by the log mutex.
@@ -339,8 +371,19 @@ impl Inner {
 
     pub(crate) fn now_ms(&self) -> u64 {
         let clock = self.opts.clock.now_unix_millis();
-        let prev = self.hw_ms.fetch_max(clock, Ordering::AcqRel);
-        let now = prev.max(clock);
+        let prev = self.hw_ms.fetch_max(clock, Ordering::SeqCst);
+        let mut now = prev.max(clock);
+        loop {
+            match self.fence_ms.load(Ordering::SeqCst) {
+                // A fence is being raised: its instant is being read; wait the few
+                // instructions until it is published.
+                FENCE_PENDING => std::hint::spin_loop(),
+                fence => {
+                    now = now.min(fence);
+                    break;
+                }
+            }
+        }
         let secs = now / 1000;
         if secs > self.persisted_s.load(Ordering::Acquire) {
             self.persist_clock(secs, None);
@@ -350,6 +393,16 @@ impl Inner {
 
     pub(crate) fn now_s(&self) -> u64 {
         self.now_ms() / 1000
+    }
+
+    /// Stops time at the current instant until the returned fence is dropped; see
+    /// [`TimeFence`]. Only one fence at a time: the caller holds the log mutex.
+    pub(crate) fn raise_time_fence(&self) -> TimeFence<'_> {
+        self.fence_ms.store(FENCE_PENDING, Ordering::SeqCst);
+        let clock = self.opts.clock.now_unix_millis();
+        let at = self.hw_ms.fetch_max(clock, Ordering::SeqCst).max(clock);
+        self.fence_ms.store(at, Ordering::SeqCst);
+        TimeFence { inner: self, at }
     }
 
     /// Records the high-water second (and optionally reaped-up-to) in `CLOCK`, without fsync.

@@ -215,6 +215,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         poisoned: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         hw_ms: AtomicU64::new(now_ms),
+        fence_ms: AtomicU64::new(super::NO_FENCE),
         persisted_s: AtomicU64::new(clock_state.high_water),
         clock_sync: clockfile.syncer()?,
         clockfile: Mutex::new((clockfile, clock_state)),

@@ -455,9 +455,21 @@ impl Inner {
         if ks.dropped.load(Ordering::Acquire) {
             return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
         }
-        let now = self.now_s();
         let mut log = self.log.lock();
+        // `since` is taken under the log mutex with time stopped until the new history is
+        // installed (the fence drops at the end of this function, after `st` is written).
+        let fence = self.raise_time_fence();
+        let now = fence.at / 1000;
         let mut history = ks.state.read().history.clone();
+        if history.last().is_some_and(|c| c.since > now) {
+            // Cannot happen (`now` never goes back and every `since` was a `now`), but a
+            // history out of order would break `expires_at`: refuse rather than corrupt it.
+            return Err(Error::Corruption {
+                file: self.dir.join("MANIFEST"),
+                offset: 0,
+                reason: format!("default-TTL history of '{}' is ahead of the clock", ks.name),
+            });
+        }
         history.push(TtlChange {
             since: now,
             default,
@@ -486,6 +498,7 @@ impl Inner {
             }
         }
         drop(st);
+        drop(fence);
         drop(log);
         let mut ex = self.expiry.lock();
         for (deadline, key, seq) in timers {
