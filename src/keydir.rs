@@ -55,6 +55,9 @@ pub struct KeyspaceState {
     pub map: BTreeMap<Key, Entry>,
     /// Default-TTL settings, oldest first.
     pub history: Vec<TtlChange>,
+    /// One past the sequence number of the last write applied to this keyspace: a scan that
+    /// starts now has seen every record below it (see `scans.rs`).
+    pub applied_seq: u64,
 }
 
 impl KeyspaceState {
@@ -96,6 +99,8 @@ pub struct KeyspaceCore {
     pub state: RwLock<KeyspaceState>,
     /// Set when the keyspace is deleted; handles still held by callers then fail with 404.
     pub dropped: AtomicBool,
+    /// Open scans and the batch before-images they need (taken after `state`).
+    pub(crate) scans: parking_lot::Mutex<crate::scans::ScanRegistry>,
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod format;
 pub mod keydir;
 pub mod log;
 mod options;
+mod scans;
 pub mod stats;
 pub mod ttl;
 

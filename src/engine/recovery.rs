@@ -152,6 +152,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             name: meta.name.clone(),
             state: RwLock::new(state),
             dropped: AtomicBool::new(false),
+            scans: parking_lot::Mutex::default(),
         });
         catalog.by_name.insert(meta.name.clone(), Arc::clone(&core));
         catalog.by_id.insert(meta.id, core);

@@ -10,6 +10,8 @@ use std::collections::btree_map::Entry as Entry_;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use parking_lot::RwLockWriteGuard;
+
 use super::read::SegRef;
 use super::{Inner, LogState};
 use crate::error::{Error, Result};
@@ -75,6 +77,14 @@ pub(crate) fn next_id(id: u32) -> Result<u32> {
         .ok_or_else(|| Error::TooLarge("file or keyspace ids exhausted".into()))
 }
 
+/// Write-locks the state of every keyspace `ops` touch, in id order.
+fn lock_keyspaces(ops: &[Op]) -> Vec<(u32, RwLockWriteGuard<'_, KeyspaceState>)> {
+    let mut cores: Vec<&Arc<KeyspaceCore>> = ops.iter().map(|op| &op.ks).collect();
+    cores.sort_by_key(|c| c.id);
+    cores.dedup_by_key(|c| c.id);
+    cores.into_iter().map(|c| (c.id, c.state.write())).collect()
+}
+
 /// What a write did to each op: whether a live version existed before it.
 pub(crate) type Existed = Vec<bool>;
 
@@ -106,6 +116,41 @@ impl Current<'_> {
 }
 
 impl Inner {
+    /// For every keyspace with an open scan, records the version each key of the batch has
+    /// before it (`scans.rs`). Caller holds the log mutex and the keyspaces' write locks.
+    fn record_before_images(
+        &self,
+        log: &LogState,
+        ops: &[Op],
+        guards: &[(u32, RwLockWriteGuard<'_, KeyspaceState>)],
+        batch_seq: u64,
+    ) -> Result<()> {
+        for op in ops {
+            let mut scans = op.ks.scans.lock();
+            if !scans.any_open() || scans.has(batch_seq, &op.key) {
+                continue;
+            }
+            let Some((_, st)) = guards.iter().find(|(id, _)| *id == op.ks.id) else {
+                continue;
+            };
+            let image = match st.map.get(op.key.as_slice()) {
+                None => None,
+                Some(e) => {
+                    let seg = self.locate(e).ok_or_else(|| {
+                        Error::corruption(
+                            crate::log::segment_path(&self.dir, e.file),
+                            u64::from(e.offset),
+                            "segment of a key-directory entry is not published",
+                        )
+                    })?;
+                    Some((*e, self.read_value_locked(log, &seg, e, &op.key)?))
+                }
+            };
+            scans.record(batch_seq, &op.key, image);
+        }
+        Ok(())
+    }
+
     /// Applies `ops` (a batch when `atomic`), returning for each whether the key was live before.
     pub(crate) fn apply(&self, ops: &[Op], atomic: bool) -> Result<Existed> {
         self.apply_checked(ops, atomic, None::<fn(&Current<'_>) -> Result<()>>)
@@ -190,6 +235,15 @@ impl Inner {
             };
             let mut dead: Vec<(u32, u64)> = Vec::new();
             let mut existed = Vec::with_capacity(ops.len());
+            // Every keyspace the ops touch stays write-locked until all of them are applied
+            // (taken in id order; readers take one at a time), so a reader sees all of a
+            // batch or none of it.
+            let mut guards = lock_keyspaces(ops);
+            if batch {
+                // Open scans must not see half of this batch either: record before-images
+                // first, so a failed value read refuses the batch before anything is appended.
+                self.record_before_images(log, ops, &guards, seq)?;
+            }
             if batch {
                 let header = Meta {
                     kind: Kind::BatchHeader,
@@ -206,8 +260,14 @@ impl Inner {
                 seq += 1;
             }
             for op in ops {
-                let mut st = op.ks.state.write();
-                let KeyspaceState { map, history } = &mut *st;
+                let Some(st) = guards
+                    .iter_mut()
+                    .find(|(id, _)| *id == op.ks.id)
+                    .map(|(_, g)| &mut **g)
+                else {
+                    return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
+                };
+                let KeyspaceState { map, history, .. } = st;
                 let slot = map.entry(Key::from_slice(&op.key));
                 let live = match &slot {
                     Entry_::Occupied(o) => {
@@ -284,6 +344,10 @@ impl Inner {
                 seq += 1;
             }
             log.next_seq = seq;
+            for (_, st) in &mut guards {
+                st.applied_seq = seq;
+            }
+            drop(guards);
             log.appended += total as u64;
             log.segstats.entry(file).or_default().add(&added);
             for (f, bytes) in dead {
@@ -413,6 +477,7 @@ impl Inner {
                 ..KeyspaceState::default()
             }),
             dropped: false.into(),
+            scans: parking_lot::Mutex::default(),
         });
         let mut cat = self.catalog.write();
         cat.by_name.insert(name.to_string(), Arc::clone(&core));
