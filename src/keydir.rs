@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use parking_lot::RwLock;
 
+use crate::expiry::wheel::TimerHandle;
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
 /// A key as stored in the key directory: keys up to 16 bytes live inline in the map's nodes, so
@@ -21,7 +22,7 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 /// several cache misses per tree level).
 pub type Key = smallvec::SmallVec<[u8; 16]>;
 
-/// Location and expiry metadata of a key's newest record (32 bytes).
+/// Location and expiry metadata of a key's newest record (40 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     /// Sequence number of the record.
@@ -38,6 +39,10 @@ pub struct Entry {
     pub ttl: i32,
     /// Record flags (SHADOWS).
     pub flags: u8,
+    /// The key's one expiry timer, if armed ([`TimerHandle::NONE`] otherwise). A later version
+    /// of the key takes the timer over and moves it (re-armed in place), so the wheel holds at
+    /// most one timer per key, however often the key is rewritten.
+    pub timer: TimerHandle,
 }
 
 impl Entry {
@@ -109,7 +114,7 @@ mod tests {
 
     #[test]
     fn entry_is_small() {
-        assert_eq!(std::mem::size_of::<Entry>(), 32);
+        assert_eq!(std::mem::size_of::<Entry>(), 40);
     }
 
     #[test]
@@ -129,6 +134,7 @@ mod tests {
             ts: 100,
             ttl: 0,
             flags: 0,
+            timer: TimerHandle::NONE,
         };
         st.map.insert(Key::from_slice(b"k"), e);
         assert!(st.live(b"k", 109).is_some());

@@ -128,6 +128,7 @@ mod tests {
             ts: 0,
             ttl: 0,
             flags: 0,
+            timer: crate::expiry::wheel::TimerHandle::NONE,
         }
     }
 

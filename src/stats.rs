@@ -107,6 +107,9 @@ pub struct Stats {
     pub expirations: u64,
     /// Merges run since open.
     pub merges: u64,
+    /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
+    /// deadline, however often keys are rewritten.
+    pub timers_armed: usize,
     /// The last background failure, if any.
     pub worker_error: Option<String>,
 }
@@ -188,6 +191,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     st.oldest_unpurged_expiry = (oldest != ttl::NEVER).then_some(oldest);
     st.expirations = inner.expirations.load(Ordering::Relaxed);
     st.merges = inner.merges.load(Ordering::Relaxed);
+    st.timers_armed = inner.expiry.lock().wheel.len();
     st.worker_error.clone_from(&inner.worker_error.lock());
     st
 }

@@ -15,6 +15,7 @@ use parking_lot::RwLockWriteGuard;
 use super::read::SegRef;
 use super::{Inner, LogState};
 use crate::error::{Error, Result};
+use crate::expiry::wheel::TimerHandle;
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
@@ -184,7 +185,6 @@ impl Inner {
         self.check_writable()?;
         let now_ms = self.now_ms();
         let now = now_ms / 1000;
-        let mut timers = Vec::new();
         let (existed, pos) = {
             let mut log = self.log.lock();
             self.check_writable()?;
@@ -239,6 +239,8 @@ impl Inner {
             // (taken in id order; readers take one at a time), so a reader sees all of a
             // batch or none of it.
             let mut guards = lock_keyspaces(ops);
+            // The timer wheel, locked on first use (a leaf lock: taken after the keyspaces').
+            let mut expiry: Option<parking_lot::MutexGuard<'_, super::ExpiryState>> = None;
             if batch {
                 // Open scans must not see half of this batch either: record before-images
                 // first, so a failed value read refuses the batch before anything is appended.
@@ -303,27 +305,47 @@ impl Inner {
                 if live || kind == Kind::Tombstone {
                     added.shadowing += 1;
                 }
+                // The key's one timer: taken over from the version being replaced and moved
+                // to the new deadline, armed if there was none, cancelled if the new version
+                // cannot expire (or the key is deleted).
+                let old_timer = match &slot {
+                    Entry_::Occupied(o) => o.get().timer,
+                    Entry_::Vacant(_) => TimerHandle::NONE,
+                };
                 let old = if kind == Kind::Put {
+                    let ts = u32::try_from(meta.ts()).unwrap_or(u32::MAX);
+                    let deadline = ttl::expires_at(u64::from(ts), own, history);
+                    let timer = if deadline == ttl::NEVER {
+                        if old_timer != TimerHandle::NONE {
+                            expiry
+                                .get_or_insert_with(|| self.expiry.lock())
+                                .wheel
+                                .cancel(old_timer);
+                        }
+                        TimerHandle::NONE
+                    } else {
+                        let ex = expiry.get_or_insert_with(|| self.expiry.lock());
+                        match ex.wheel.reschedule(old_timer, deadline) {
+                            Some(moved) => moved,
+                            None => ex.wheel.insert(
+                                deadline,
+                                Timer {
+                                    keyspace: op.ks.id,
+                                    key: op.key.as_slice().into(),
+                                },
+                            ),
+                        }
+                    };
                     let entry = Entry {
                         seq,
                         file,
                         offset: u32::try_from(at).unwrap_or(u32::MAX),
                         len: u32::try_from(len).unwrap_or(u32::MAX),
-                        ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
+                        ts,
                         ttl: own.to_wire(),
                         flags,
+                        timer,
                     };
-                    let deadline = ttl::expires_at(u64::from(entry.ts), own, history);
-                    if deadline != ttl::NEVER {
-                        timers.push((
-                            deadline,
-                            Timer {
-                                keyspace: op.ks.id,
-                                key: op.key.as_slice().into(),
-                                seq,
-                            },
-                        ));
-                    }
                     match slot {
                         Entry_::Occupied(mut o) => Some(o.insert(entry)),
                         Entry_::Vacant(v) => {
@@ -333,6 +355,12 @@ impl Inner {
                     }
                 } else {
                     added.dead += len as u64;
+                    if old_timer != TimerHandle::NONE {
+                        expiry
+                            .get_or_insert_with(|| self.expiry.lock())
+                            .wheel
+                            .cancel(old_timer);
+                    }
                     match slot {
                         Entry_::Occupied(o) => Some(o.remove()),
                         Entry_::Vacant(_) => None,
@@ -343,6 +371,7 @@ impl Inner {
                 }
                 seq += 1;
             }
+            drop(expiry);
             log.next_seq = seq;
             for (_, st) in &mut guards {
                 st.applied_seq = seq;
@@ -363,12 +392,6 @@ impl Inner {
             }
             (existed, log.appended)
         };
-        if !timers.is_empty() {
-            let mut ex = self.expiry.lock();
-            for (deadline, t) in timers {
-                ex.wheel.insert(deadline, t);
-            }
-        }
         if matches!(self.opts.sync, SyncPolicy::Always) {
             self.sync_to(pos)?;
         }
@@ -501,10 +524,12 @@ impl Inner {
             cat.by_id.remove(&core.id);
         }
         let map = std::mem::take(&mut core.state.write().map);
+        let mut ex = self.expiry.lock();
         for e in map.values() {
             if let Some(s) = log.segstats.get_mut(&e.file) {
                 s.dead += u64::from(e.len);
             }
+            ex.wheel.cancel(e.timer);
         }
         Ok(())
     }
@@ -548,34 +573,34 @@ impl Inner {
         log.manifest = manifest;
         let mut st = ks.state.write();
         let before = std::mem::replace(&mut st.history, history);
-        // Re-time: schedule every item whose deadline moved earlier. Timers that fire early
-        // (deadline moved later) are re-armed by the reaper; timers of items that can no longer
-        // expire are dropped when they fire. See DESIGN.md "Re-timing".
-        let mut timers = Vec::new();
-        for (key, e) in &st.map {
+        // Re-time: move the timer of every item whose deadline moved earlier (arming one if it
+        // had none). Timers that now fire early (deadline moved later) are re-armed by the
+        // reaper; timers of items that can no longer expire are dropped when they fire. See
+        // DESIGN.md "Re-timing".
+        let st = &mut *st;
+        let mut ex = self.expiry.lock();
+        for (key, e) in &mut st.map {
             if e.own_ttl() == ItemTtl::Never {
                 continue;
             }
-            let deadline = st.expires_at(e);
+            let deadline = ttl::expires_at(u64::from(e.ts), e.own_ttl(), &st.history);
             let earlier = ttl::expires_at(u64::from(e.ts), e.own_ttl(), &before);
             if deadline != ttl::NEVER && deadline < earlier {
-                timers.push((deadline, Box::<[u8]>::from(key.as_slice()), e.seq));
+                e.timer = match ex.wheel.reschedule(e.timer, deadline) {
+                    Some(moved) => moved,
+                    None => ex.wheel.insert(
+                        deadline,
+                        Timer {
+                            keyspace: ks.id,
+                            key: key.as_slice().into(),
+                        },
+                    ),
+                };
             }
         }
-        drop(st);
+        drop(ex);
         drop(fence);
         drop(log);
-        let mut ex = self.expiry.lock();
-        for (deadline, key, seq) in timers {
-            ex.wheel.insert(
-                deadline,
-                Timer {
-                    keyspace: ks.id,
-                    key,
-                    seq,
-                },
-            );
-        }
         Ok(())
     }
 }
