@@ -137,8 +137,7 @@ impl Outputs<'_> {
                 .writer
                 .into_inner()
                 .map_err(|e| Error::Io(e.into_error()))?;
-            faults::check(&segment_path(&self.inner.dir, o.id), FaultKind::Sync)?;
-            file.sync_all()?;
+            faults::sync_file(&file, &segment_path(&self.inner.dir, o.id), false)?;
             super::write_hint_file(self.inner, o.id, o.hint)?;
             out.push((o.id, o.stats));
         }

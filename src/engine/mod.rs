@@ -517,7 +517,7 @@ impl Inner {
         self.check_writable()?;
         let pos = self.log.lock().appended;
         self.sync_to(pos)?;
-        self.clock_sync.sync_data()?;
+        crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true)?;
         Ok(())
     }
 
@@ -537,7 +537,8 @@ impl Inner {
             let pos = self.log.lock().appended;
             let _ = self.sync_to(pos);
         }
-        let _ = self.clock_sync.sync_data();
+        let _ =
+            crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true);
     }
 
     pub(crate) fn keyspace_by_name(&self, name: &str) -> Result<Arc<KeyspaceCore>> {
@@ -560,7 +561,7 @@ impl Inner {
         {
             let pos = self.log.lock().appended;
             self.sync_to(pos)?;
-            self.clock_sync.sync_data()?;
+            crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true)?;
         }
         Ok(())
     }
