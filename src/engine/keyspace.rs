@@ -119,9 +119,26 @@ impl Keyspace {
         Ok(existed.first().copied().unwrap_or(false))
     }
 
-    /// A put with its own TTL setting as the record carries it (for the document layer).
-    pub(crate) fn write_unchecked(&self, key: &[u8], put: (Vec<u8>, ItemTtl)) -> Result<bool> {
-        self.write_one(key, Some(put))
+    /// A put with its own TTL setting as the record carries it (for the document layer), at the
+    /// instant `at_ms` the caller took from [`Store::now_unix_millis`] and stamped into the value.
+    pub(crate) fn write_unchecked(
+        &self,
+        key: &[u8],
+        put: (Vec<u8>, ItemTtl),
+        at_ms: u64,
+    ) -> Result<bool> {
+        let op = Op {
+            ks: Arc::clone(&self.core),
+            key: key.to_vec(),
+            put: Some(put),
+        };
+        let existed = self.inner().apply_checked(
+            std::slice::from_ref(&op),
+            false,
+            None::<fn(&Current<'_>) -> Result<()>>,
+            Some(at_ms),
+        )?;
+        Ok(existed.first().copied().unwrap_or(false))
     }
 
     /// Compare-and-write for the document layer: `check` sees the live version (if any) under
@@ -130,6 +147,7 @@ impl Keyspace {
         &self,
         key: &[u8],
         put: Option<(Vec<u8>, ItemTtl)>,
+        at_ms: u64,
         check: impl FnOnce(&Current<'_>) -> Result<()>,
     ) -> Result<bool> {
         let op = Op {
@@ -137,9 +155,12 @@ impl Keyspace {
             key: key.to_vec(),
             put,
         };
-        let existed = self
-            .inner()
-            .apply_checked(std::slice::from_ref(&op), false, Some(check))?;
+        let existed = self.inner().apply_checked(
+            std::slice::from_ref(&op),
+            false,
+            Some(check),
+            Some(at_ms),
+        )?;
         Ok(existed.first().copied().unwrap_or(false))
     }
 

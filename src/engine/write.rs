@@ -154,7 +154,7 @@ impl Inner {
 
     /// Applies `ops` (a batch when `atomic`), returning for each whether the key was live before.
     pub(crate) fn apply(&self, ops: &[Op], atomic: bool) -> Result<Existed> {
-        self.apply_checked(ops, atomic, None::<fn(&Current<'_>) -> Result<()>>)
+        self.apply_checked(ops, atomic, None::<fn(&Current<'_>) -> Result<()>>, None)
     }
 
     /// As [`Inner::apply`], but first calls `check` with the first op's live version (if any)
@@ -171,6 +171,7 @@ impl Inner {
         ops: &[Op],
         atomic: bool,
         check: Option<impl FnOnce(&Current<'_>) -> Result<()>>,
+        at_ms: Option<u64>,
     ) -> Result<Existed> {
         for op in ops {
             if op.ks.dropped.load(Ordering::Acquire) {
@@ -183,7 +184,13 @@ impl Inner {
             }
         }
         self.check_writable()?;
-        let now_ms = self.now_ms();
+        // The write's instant: taken here, or by a caller that already stamped it into the
+        // value (the document layer's `_ts`/`_etag`), so the record header and the value agree.
+        // Either way it comes from `now_ms()`, so it never precedes a time already handed out.
+        let now_ms = match at_ms {
+            Some(t) => t,
+            None => self.now_ms(),
+        };
         let now = now_ms / 1000;
         let (existed, pos) = {
             let mut log = self.log.lock();
