@@ -79,7 +79,7 @@ impl Database {
     pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Self> {
         let max_item_size = opts.max_item_size;
         let store = Store::open_with(dir, opts)?;
-        let system = store.keyspace_or_create(SYSTEM_KEYSPACE, DefaultTtl::Off)?;
+        let system = store.keyspace_or_create_internal(SYSTEM_KEYSPACE, DefaultTtl::Off)?;
         Ok(Self {
             store,
             system,
@@ -149,11 +149,13 @@ impl Database {
         let name = keyspace_name(&props.id);
         // A keyspace without a system entry is left over from an interrupted create or delete
         // (with the catalogue mutex held, no create of this id is half done in this process).
-        match self.store.delete_keyspace(&name) {
+        match self.store.delete_keyspace_internal(&name) {
             Ok(()) | Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
-        let ks = self.store.create_keyspace(&name, props.default_ttl)?;
+        let ks = self
+            .store
+            .create_keyspace_internal(&name, props.default_ttl)?;
         self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
@@ -222,7 +224,7 @@ impl Database {
         if !self.system.delete(id.as_bytes())? {
             return Err(Error::NotFound(format!("container '{id}'")));
         }
-        match self.store.delete_keyspace(&keyspace_name(id)) {
+        match self.store.delete_keyspace_internal(&keyspace_name(id)) {
             Ok(()) | Err(Error::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }

@@ -58,6 +58,22 @@ pub(crate) fn check_ttl(ttl: ItemTtl) -> Result<()> {
     }
 }
 
+/// Checks what every keyspace name must satisfy, reserved or not: non-empty and at most
+/// [`super::MAX_KEYSPACE_NAME_BYTES`] (so the manifest listing it stays loadable).
+pub(crate) fn check_keyspace_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::BadRequest("keyspace name must not be empty".into()));
+    }
+    if name.len() > super::MAX_KEYSPACE_NAME_BYTES {
+        return Err(Error::BadRequest(format!(
+            "keyspace name is {} bytes long; the maximum is {} bytes",
+            name.len(),
+            super::MAX_KEYSPACE_NAME_BYTES
+        )));
+    }
+    Ok(())
+}
+
 fn check_default(default: DefaultTtl) -> Result<()> {
     if default.is_valid() {
         Ok(())
@@ -380,9 +396,7 @@ impl Inner {
         name: &str,
         default: DefaultTtl,
     ) -> Result<Arc<KeyspaceCore>> {
-        if name.is_empty() {
-            return Err(Error::BadRequest("keyspace name must not be empty".into()));
-        }
+        check_keyspace_name(name)?;
         check_default(default)?;
         self.check_writable()?;
         let now = self.now_s();

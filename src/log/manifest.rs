@@ -98,6 +98,7 @@ impl Manifest {
     /// Any OS error; the old manifest stays in force if this fails.
     pub fn store(&self, dir: &Path) -> Result<()> {
         let body = serde_json::to_vec(self).map_err(|e| Error::Io(e.into()))?;
+        check_body_len(body.len())?;
         let mut out = Vec::with_capacity(HEADER_LEN + body.len());
         out.extend_from_slice(&MAGIC);
         let mut h = [0u8; 12];
@@ -122,10 +123,41 @@ impl Manifest {
     }
 }
 
+/// Refuses to write a manifest that [`Manifest::load`] would refuse to read (a database that
+/// cannot be opened again), before anything is written.
+fn check_body_len(n: usize) -> Result<()> {
+    if n > MAX_BODY {
+        return Err(Error::TooLarge(format!(
+            "the manifest would be {n} bytes; the limit is {MAX_BODY} bytes"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ttl::DefaultTtl;
+
+    #[test]
+    fn an_unloadable_manifest_is_never_written() {
+        assert!(check_body_len(MAX_BODY).is_ok());
+        assert!(matches!(
+            check_body_len(MAX_BODY + 1),
+            Err(Error::TooLarge(_))
+        ));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = Manifest {
+            keyspaces: vec![KeyspaceMeta {
+                id: 1,
+                name: "x".repeat(MAX_BODY),
+                history: Vec::new(),
+            }],
+            ..Manifest::default()
+        };
+        assert!(matches!(m.store(dir.path()), Err(Error::TooLarge(_))));
+        assert_eq!(Manifest::load(dir.path()).expect("load"), None);
+    }
 
     #[test]
     fn store_load_round_trip_and_corruption() {
