@@ -134,7 +134,7 @@ impl Outputs<'_> {
             let file = o
                 .writer
                 .into_inner()
-                .map_err(|e| Error::Io(e.into_error()))?;
+                .map_err(|e| Error::from(e.into_error()))?;
             faults::check(&segment_path(&self.inner.dir, o.id), FaultKind::Sync)?;
             file.sync_all()?;
             super::write_hint_file(self.inner, o.id, o.hint)?;
@@ -160,7 +160,7 @@ struct Move {
 fn crash_here(inner: &Inner, at: CrashPoint) -> Result<()> {
     if *inner.merge_crash_at.lock() == Some(at) {
         inner.poison();
-        return Err(Error::Io(std::io::Error::other(format!(
+        return Err(Error::from(std::io::Error::other(format!(
             "injected crash at {at:?}"
         ))));
     }

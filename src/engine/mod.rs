@@ -21,7 +21,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
 pub(crate) use write::{next_id, Current};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::expiry::wheel::TimerWheel;
 use crate::expiry::worker::{self, Message, WorkerHandle};
 use crate::expiry::{ExpiryEvent, Timer};
@@ -476,18 +476,14 @@ impl Inner {
     fn flush_and_fsync(&self) -> Result<u64> {
         let (upto, file, path) = {
             let mut log = self.log.lock();
+            let path = crate::log::segment_path(&self.dir, log.active.id());
             if let Err(e) = log.active.flush() {
                 self.poison();
-                return Err(e.into());
+                return Err(Error::io_at(&path, e));
             }
-            let id = log.active.id();
-            (
-                log.appended,
-                Arc::clone(&log.active.shared),
-                crate::log::segment_path(&self.dir, id),
-            )
+            (log.appended, Arc::clone(&log.active.shared), path)
         };
-        file.sync(&path).inspect_err(|_| self.poison())?;
+        file.sync(&path).at(&path).inspect_err(|_| self.poison())?;
         Ok(upto)
     }
 
@@ -495,7 +491,7 @@ impl Inner {
         self.check_writable()?;
         let pos = self.log.lock().appended;
         self.sync_to(pos)?;
-        self.clock_sync.sync_data()?;
+        self.clock_sync.sync_data().at(self.dir.join("CLOCK"))?;
         Ok(())
     }
 
@@ -535,7 +531,7 @@ impl Inner {
         {
             let pos = self.log.lock().appended;
             self.sync_to(pos)?;
-            self.clock_sync.sync_data()?;
+            self.clock_sync.sync_data().at(self.dir.join("CLOCK"))?;
         }
         Ok(())
     }
