@@ -4,7 +4,7 @@
 //! Azure Cosmos DB HTTP status codes through [`Error::status_code`], so code ported from Cosmos
 //! keeps its `match` on 404/409/412.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Result type of every fallible ebbdb call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -52,9 +52,37 @@ pub enum Error {
     /// The store has been closed.
     #[error("store is closed")]
     Closed,
-    /// An operating-system I/O error.
-    #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    /// An operating-system I/O error, naming the file or directory it concerns where known.
+    #[error("I/O error{}: {source}", on_path(path.as_deref()))]
+    Io {
+        /// The file or directory the failed operation was on.
+        path: Option<PathBuf>,
+        /// The OS error (its `kind()` and `raw_os_error()` are the OS's).
+        source: std::io::Error,
+    },
+}
+
+fn on_path(path: Option<&Path>) -> String {
+    path.map(|p| format!(" on {}", p.display()))
+        .unwrap_or_default()
+}
+
+impl From<std::io::Error> for Error {
+    fn from(source: std::io::Error) -> Self {
+        Error::Io { path: None, source }
+    }
+}
+
+/// Attaches the path an I/O operation was on to its error.
+pub(crate) trait IoContext<T> {
+    /// Converts an `io::Result` into a [`Result`] whose error names `path`.
+    fn at(self, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|source| Error::io_at(path, source))
+    }
 }
 
 impl Error {
@@ -75,7 +103,7 @@ impl Error {
             | Error::Poisoned
             | Error::Worker(_)
             | Error::Closed
-            | Error::Io(_) => 500,
+            | Error::Io { .. } => 500,
         }
     }
 
@@ -83,6 +111,14 @@ impl Error {
     #[must_use]
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::NotFound(_))
+    }
+
+    /// An [`Error::Io`] naming `path`.
+    pub(crate) fn io_at(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: Some(path.as_ref().to_path_buf()),
+            source,
+        }
     }
 
     pub(crate) fn corruption(
@@ -95,5 +131,27 @@ impl Error {
             offset,
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_name_their_path() {
+        let e = Error::io_at(
+            "/db/MANIFEST.tmp",
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        );
+        assert_eq!(
+            e.to_string(),
+            "I/O error on /db/MANIFEST.tmp: permission denied"
+        );
+        assert!(matches!(&e, Error::Io { path: Some(p), source }
+            if p == Path::new("/db/MANIFEST.tmp") && source.kind() == std::io::ErrorKind::PermissionDenied));
+        let bare = Error::from(std::io::Error::other("x"));
+        assert_eq!(bare.to_string(), "I/O error: x");
+        assert_eq!(bare.status_code(), 500);
     }
 }

@@ -34,7 +34,9 @@ pub mod ttl;
 pub use doc::{
     Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,
 };
-pub use engine::{Expiry, Iter, Keyspace, Store, WriteBatch};
+pub use engine::{
+    Expiry, Iter, Keyspace, Store, WriteBatch, MAX_KEYSPACE_NAME_BYTES, RESERVED_KEYSPACE_PREFIXES,
+};
 pub use error::{Error, Result};
 pub use expiry::ExpiryEvent;
 pub use options::{Options, RecoveryMode, SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};

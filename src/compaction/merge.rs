@@ -136,7 +136,7 @@ impl Outputs<'_> {
             let file = o
                 .writer
                 .into_inner()
-                .map_err(|e| Error::Io(e.into_error()))?;
+                .map_err(|e| Error::from(e.into_error()))?;
             faults::sync_file(&file, &segment_path(&self.inner.dir, o.id), false)?;
             super::write_hint_file(self.inner, o.id, o.hint)?;
             out.push((o.id, o.stats));
@@ -161,7 +161,7 @@ struct Move {
 fn crash_here(inner: &Inner, at: CrashPoint) -> Result<()> {
     if *inner.merge_crash_at.lock() == Some(at) {
         inner.poison();
-        return Err(Error::Io(std::io::Error::other(format!(
+        return Err(Error::from(std::io::Error::other(format!(
             "injected crash at {at:?}"
         ))));
     }
@@ -333,7 +333,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     manifest.sealed.retain(|id| !retired.contains(id));
     manifest.sealed.extend(written.iter().map(|(id, _)| *id));
     manifest.next_seq = log.next_seq;
-    inner.store_manifest(&manifest)?;
+    inner.store_manifest_unless_unchanged(&manifest)?;
     log.manifest = manifest;
     crash_here(inner, CrashPoint::AfterPublish)?;
 

@@ -15,9 +15,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::database::Database;
-use super::finite;
 use super::partition::{self, PartitionKey};
+use super::precheck;
 use super::properties::ContainerProperties;
+use super::stored;
 use super::validate;
 use crate::engine::{Current, Iter, Keyspace};
 use crate::error::{Error, Result};
@@ -102,8 +103,8 @@ impl Container {
     }
 
     fn prepare(&self, item: &impl Serialize) -> Result<(Prepared, PartitionKey, String)> {
-        finite::check(item)
-            .map_err(|e| Error::BadRequest(format!("item is not valid JSON: {e}")))?;
+        // Before anything else walks the item: bounded recursion, finite numbers.
+        precheck::check(item).map_err(precheck::Refused::into_error)?;
         let value = serde_json::to_value(item)
             .map_err(|e| Error::BadRequest(format!("item is not valid JSON: {e}")))?;
         validate::item_object(&value)?;
@@ -241,7 +242,7 @@ impl Container {
             .ks
             .get(&key)?
             .ok_or_else(|| Error::NotFound(format!("item '{id}'")))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
+        stored::parse(&bytes).map_err(|e| {
             Error::BadRequest(format!("item '{id}' does not fit the requested type: {e}"))
         })
     }
@@ -316,7 +317,7 @@ fn check_etag(id: &str, cur: &Current<'_>, opts: &ItemOptions, must_exist: bool)
     }
     if let Some(want) = &opts.if_match {
         let bytes = cur.value()?.unwrap_or_default();
-        let v: Map<String, Value> = serde_json::from_slice(&bytes).unwrap_or_default();
+        let v: Map<String, Value> = stored::parse(&bytes).unwrap_or_default();
         if v.get("_etag").and_then(Value::as_str) != Some(want.as_str()) {
             return Err(Error::PreconditionFailed(format!(
                 "item '{id}' has changed (etag does not match)"
@@ -355,7 +356,7 @@ impl Iterator for Items {
             Err(e) => return Some(Err(e)),
         };
         Some(
-            serde_json::from_slice(&bytes)
+            stored::parse(&bytes)
                 .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}"))),
         )
     }

@@ -8,8 +8,17 @@
 //! Crash windows: create writes the keyspace first, then the system entry; delete removes the
 //! system entry first, then the keyspace. A crash in between leaves a keyspace without a system
 //! entry, which is not a container, and the next create of that id deletes it first.
+//!
+//! Catalogue changes (create, create-if-not-exists, replace, delete) are serialised by one
+//! mutex shared by every clone of the [`Database`]: the existence check, the leftover cleanup
+//! and the two writes of a create are one step, so a racing create of the same id sees the
+//! first one's system entry (409) instead of deleting its keyspace as a leftover. Item
+//! operations never take this mutex.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use serde_json::Value;
 
@@ -50,6 +59,8 @@ pub struct Database {
     store: Store,
     system: Keyspace,
     max_item_size: usize,
+    /// Serialises catalogue changes (see the module note).
+    catalog: Arc<Mutex<()>>,
 }
 
 impl Database {
@@ -68,11 +79,12 @@ impl Database {
     pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Self> {
         let max_item_size = opts.max_item_size;
         let store = Store::open_with(dir, opts)?;
-        let system = store.keyspace_or_create(SYSTEM_KEYSPACE, DefaultTtl::Off)?;
+        let system = store.keyspace_or_create_internal(SYSTEM_KEYSPACE, DefaultTtl::Off)?;
         Ok(Self {
             store,
             system,
             max_item_size,
+            catalog: Arc::new(Mutex::new(())),
         })
     }
 
@@ -84,24 +96,67 @@ impl Database {
 
     /// Creates a container.
     ///
+    /// Concurrent creates of one id are serialised: exactly one succeeds, the others get 409.
+    ///
     /// # Errors
     /// 400 for invalid properties (messages in `docs/contract.md` §3), 409 if it exists, I/O
     /// errors.
     pub fn create_container(&self, props: ContainerProperties) -> Result<Container> {
         props.validate()?;
+        let _catalog = self.catalog.lock();
         if self.system.contains_key(props.id.as_bytes())? {
             return Err(Error::Conflict(format!(
                 "container '{}' already exists",
                 props.id
             )));
         }
+        self.create_locked(props)
+    }
+
+    /// Creates a container, or opens it if one with this id exists (the Cosmos SDKs'
+    /// `CreateContainerIfNotExists`). Race-free: however many threads call it at once, one
+    /// creates the container and every caller gets a handle to that one.
+    ///
+    /// An existing container is returned as it is, with *its* properties: a different
+    /// `defaultTtl` or indexing mode in `props` is ignored (use
+    /// [`Database::replace_container`] to change them), as the Cosmos SDKs do. A different
+    /// partition key path is an error, also as in the Cosmos SDKs (which throw an
+    /// `ArgumentException`): items written by this caller would be partitioned differently
+    /// than the caller expects.
+    ///
+    /// # Errors
+    /// 400 for invalid properties or when the existing container has another partition key
+    /// path; I/O errors.
+    pub fn create_container_if_not_exists(&self, props: ContainerProperties) -> Result<Container> {
+        props.validate()?;
+        let _catalog = self.catalog.lock();
+        if !self.system.contains_key(props.id.as_bytes())? {
+            return self.create_locked(props);
+        }
+        let existing = self.container(&props.id)?;
+        let path = &existing.properties().partition_key_path;
+        if *path != props.partition_key_path {
+            return Err(Error::BadRequest(format!(
+                "The requested partition key path '{}' does not match existing container '{}' \
+                 with partition key path '{path}'",
+                props.partition_key_path, props.id
+            )));
+        }
+        Ok(existing)
+    }
+
+    /// The second half of a create, under the catalogue mutex, once the id is known to be free.
+    fn create_locked(&self, props: ContainerProperties) -> Result<Container> {
         let name = keyspace_name(&props.id);
-        // A keyspace without a system entry is left over from an interrupted create or delete.
-        match self.store.delete_keyspace(&name) {
+        // A keyspace without a system entry is left over from an interrupted create or delete
+        // (with the catalogue mutex held, no create of this id is half done in this process).
+        match self.store.delete_keyspace_internal(&name) {
             Ok(()) | Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
-        let ks = self.store.create_keyspace(&name, props.default_ttl)?;
+        let ks = self
+            .store
+            .create_keyspace_internal(&name, props.default_ttl)?;
         self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
@@ -145,6 +200,7 @@ impl Database {
     /// 400 for invalid properties or a changed partition key path, 404 if it does not exist.
     pub fn replace_container(&self, props: ContainerProperties) -> Result<Container> {
         props.validate()?;
+        let _catalog = self.catalog.lock();
         let old = self.properties(&props.id)?;
         if old.partition_key_path != props.partition_key_path {
             return Err(Error::BadRequest(format!(
@@ -165,10 +221,11 @@ impl Database {
     /// # Errors
     /// 404 if it does not exist.
     pub fn delete_container(&self, id: &str) -> Result<()> {
+        let _catalog = self.catalog.lock();
         if !self.system.delete(id.as_bytes())? {
             return Err(Error::NotFound(format!("container '{id}'")));
         }
-        match self.store.delete_keyspace(&keyspace_name(id)) {
+        match self.store.delete_keyspace_internal(&keyspace_name(id)) {
             Ok(()) | Err(Error::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }

@@ -4,15 +4,18 @@
 //! - `container.rs`: [`Container`], item operations, etags, conditional writes.
 //! - `properties.rs`: [`ContainerProperties`] and the Cosmos REST JSON shape.
 //! - `validate.rs`: item `ttl`, `id` and shape checks with the exact Cosmos messages.
-//! - `finite.rs`: refuses typed items holding NaN or infinity (which JSON cannot hold).
+//! - `precheck.rs`: refuses items holding NaN or infinity (which JSON cannot hold) or nested
+//!   deeper than 128 levels, before they are converted.
+//! - `stored.rs`: parses stored items back, up to the same 128 levels.
 //! - `partition.rs`: [`PartitionKey`], extraction by path, and the order-preserving key
 //!   encoding that keeps a partition's items adjacent.
 
 mod container;
 mod database;
-mod finite;
 pub mod partition;
+mod precheck;
 pub mod properties;
+mod stored;
 pub mod validate;
 
 pub use container::{Container, ItemOptions, Items};

@@ -253,7 +253,8 @@ impl Keyspace {
         Ok(!st.map.values().any(|e| st.is_live(e, now)))
     }
 
-    /// Live keys in `range`, in key order.
+    /// Live keys in `range`, in key order. An empty or inverted range (`b"c"..b"a"`, `a..a`)
+    /// yields nothing.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
         let own = |b: Bound<&K>| match b {
             Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
@@ -316,6 +317,16 @@ enum Shown {
 
 const CHUNK: usize = 256;
 
+/// True if no key lies within the bounds: start after end, or equal with either end excluded.
+fn is_empty_range(lower: &Bound<Vec<u8>>, upper: &Bound<Vec<u8>>) -> bool {
+    match (lower, upper) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b)) => a >= b,
+        (Bound::Unbounded, _) | (_, Bound::Unbounded) => false,
+    }
+}
+
 impl Iter {
     fn new(
         ks: Keyspace,
@@ -355,6 +366,11 @@ impl Iter {
     }
 
     fn refill(&mut self) {
+        if is_empty_range(&self.lower, &self.upper) {
+            // `BTreeMap::range` panics on an inverted range; a caller may pass one.
+            self.done = true;
+            return;
+        }
         let st = self.ks.core.state.read();
         let scans = self.ks.core.scans.lock();
         let bounds = (

@@ -21,7 +21,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
 pub(crate) use write::{next_id, Current};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::expiry::wheel::TimerWheel;
 use crate::expiry::worker::{self, Message, WorkerHandle};
 use crate::expiry::{ExpiryEvent, Timer};
@@ -34,6 +34,32 @@ use crate::options::{Options, SyncPolicy};
 use crate::stats::SegStats;
 use crate::ttl::DefaultTtl;
 use clockfile::{ClockFile, ClockState};
+
+/// Longest keyspace name, in bytes (UTF-8). A container id (at most 255 characters, up to 1,020
+/// bytes) with the document layer's `c:` prefix fits.
+pub const MAX_KEYSPACE_NAME_BYTES: usize = 1024;
+
+/// Keyspace names beginning with one of these belong to the document layer (`__containers`,
+/// `c:{container id}`): [`Store::create_keyspace`] and [`Store::delete_keyspace`] refuse them,
+/// so the document layer only ever deletes keyspaces it created. They can still be opened and
+/// read with [`Store::keyspace`].
+pub const RESERVED_KEYSPACE_PREFIXES: [&str; 2] = ["c:", "__"];
+
+/// Checks a keyspace name a caller of the byte engine gives: non-empty, at most
+/// [`MAX_KEYSPACE_NAME_BYTES`], and not in the reserved namespace.
+fn check_user_keyspace_name(name: &str) -> Result<()> {
+    write::check_keyspace_name(name)?;
+    if RESERVED_KEYSPACE_PREFIXES
+        .iter()
+        .any(|p| name.starts_with(p))
+    {
+        return Err(Error::BadRequest(format!(
+            "keyspace name '{name}' is reserved: names beginning with 'c:' or '__' belong to the \
+             document layer"
+        )));
+    }
+    Ok(())
+}
 
 /// An open database directory: the byte key-value engine.
 ///
@@ -207,9 +233,20 @@ impl Store {
     /// Creates keyspace `name` with default TTL `default`.
     ///
     /// # Errors
-    /// [`Error::Conflict`] if it exists; [`Error::BadRequest`] for an empty name or invalid
-    /// TTL; I/O errors writing the manifest.
+    /// [`Error::Conflict`] if it exists; [`Error::BadRequest`] for an invalid TTL, an empty
+    /// name, a name longer than [`MAX_KEYSPACE_NAME_BYTES`] or one in the document layer's
+    /// namespace ([`RESERVED_KEYSPACE_PREFIXES`]); I/O errors writing the manifest.
     pub fn create_keyspace(&self, name: &str, default: DefaultTtl) -> Result<Keyspace> {
+        check_user_keyspace_name(name)?;
+        self.create_keyspace_internal(name, default)
+    }
+
+    /// [`Store::create_keyspace`] without the reserved-namespace check, for the document layer.
+    pub(crate) fn create_keyspace_internal(
+        &self,
+        name: &str,
+        default: DefaultTtl,
+    ) -> Result<Keyspace> {
         let core = self.inner.create_keyspace(name, default)?;
         Ok(Keyspace::new(self.clone(), core))
     }
@@ -228,9 +265,20 @@ impl Store {
     /// # Errors
     /// As [`Store::create_keyspace`].
     pub fn keyspace_or_create(&self, name: &str, default: DefaultTtl) -> Result<Keyspace> {
+        check_user_keyspace_name(name)?;
+        self.keyspace_or_create_internal(name, default)
+    }
+
+    /// [`Store::keyspace_or_create`] without the reserved-namespace check, for the document
+    /// layer.
+    pub(crate) fn keyspace_or_create_internal(
+        &self,
+        name: &str,
+        default: DefaultTtl,
+    ) -> Result<Keyspace> {
         match self.keyspace(name) {
             Ok(ks) => Ok(ks),
-            Err(Error::NotFound(_)) => match self.create_keyspace(name, default) {
+            Err(Error::NotFound(_)) => match self.create_keyspace_internal(name, default) {
                 Err(Error::Conflict(_)) => self.keyspace(name),
                 other => other,
             },
@@ -241,8 +289,15 @@ impl Store {
     /// Deletes keyspace `name`; its records become garbage for compaction.
     ///
     /// # Errors
-    /// [`Error::NotFound`] if there is none; I/O errors writing the manifest.
+    /// [`Error::NotFound`] if there is none; [`Error::BadRequest`] for a name in the document
+    /// layer's namespace (delete the container instead); I/O errors writing the manifest.
     pub fn delete_keyspace(&self, name: &str) -> Result<()> {
+        check_user_keyspace_name(name)?;
+        self.inner.delete_keyspace(name)
+    }
+
+    /// [`Store::delete_keyspace`] without the reserved-namespace check, for the document layer.
+    pub(crate) fn delete_keyspace_internal(&self, name: &str) -> Result<()> {
         self.inner.delete_keyspace(name)
     }
 
@@ -498,18 +553,14 @@ impl Inner {
     fn flush_and_fsync(&self) -> Result<u64> {
         let (upto, file, path) = {
             let mut log = self.log.lock();
+            let path = crate::log::segment_path(&self.dir, log.active.id());
             if let Err(e) = log.active.flush() {
                 self.poison();
-                return Err(e.into());
+                return Err(Error::io_at(&path, e));
             }
-            let id = log.active.id();
-            (
-                log.appended,
-                Arc::clone(&log.active.shared),
-                crate::log::segment_path(&self.dir, id),
-            )
+            (log.appended, Arc::clone(&log.active.shared), path)
         };
-        file.sync(&path).inspect_err(|_| self.poison())?;
+        file.sync(&path).at(&path).inspect_err(|_| self.poison())?;
         Ok(upto)
     }
 
@@ -517,7 +568,8 @@ impl Inner {
         self.check_writable()?;
         let pos = self.log.lock().appended;
         self.sync_to(pos)?;
-        crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true)?;
+        let clock_path = self.dir.join(clockfile::FILE_NAME);
+        crate::faults::sync_file(&self.clock_sync, &clock_path, true).at(clock_path)?;
         Ok(())
     }
 
@@ -561,7 +613,8 @@ impl Inner {
         {
             let pos = self.log.lock().appended;
             self.sync_to(pos)?;
-            crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true)?;
+            let clock_path = self.dir.join(clockfile::FILE_NAME);
+            crate::faults::sync_file(&self.clock_sync, &clock_path, true).at(clock_path)?;
         }
         Ok(())
     }

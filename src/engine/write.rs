@@ -14,14 +14,14 @@ use parking_lot::RwLockWriteGuard;
 
 use super::read::SegRef;
 use super::{Inner, LogState};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::expiry::wheel::TimerHandle;
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
-use crate::log::manifest::KeyspaceMeta;
+use crate::log::manifest::{KeyspaceMeta, StoreError};
 use crate::log::segment::Segment;
 use crate::options::{SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use crate::stats::SegStats;
@@ -59,6 +59,22 @@ pub(crate) fn check_ttl(ttl: ItemTtl) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// Checks what every keyspace name must satisfy, reserved or not: non-empty and at most
+/// [`super::MAX_KEYSPACE_NAME_BYTES`] (so the manifest listing it stays loadable).
+pub(crate) fn check_keyspace_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::BadRequest("keyspace name must not be empty".into()));
+    }
+    if name.len() > super::MAX_KEYSPACE_NAME_BYTES {
+        return Err(Error::BadRequest(format!(
+            "keyspace name is {} bytes long; the maximum is {} bytes",
+            name.len(),
+            super::MAX_KEYSPACE_NAME_BYTES
+        )));
+    }
+    Ok(())
 }
 
 fn check_default(default: DefaultTtl) -> Result<()> {
@@ -420,8 +436,9 @@ impl Inner {
     pub(crate) fn rotate(&self, log: &mut LogState) -> Result<()> {
         let sealed_id = log.active.id();
         let seal = (|| -> Result<Arc<Segment>> {
-            log.active.flush()?;
-            log.active.trim_and_sync()?;
+            let path = crate::log::segment_path(&self.dir, sealed_id);
+            log.active.flush().at(&path)?;
+            log.active.trim_and_sync().at(&path)?;
             Ok(Arc::new(Segment::open(&self.dir, sealed_id)?))
         })();
         let segment = match seal {
@@ -432,7 +449,8 @@ impl Inner {
             }
         };
         let new_id = log.manifest.next_file_id;
-        let fresh = ActiveWriter::create(&self.dir, new_id, log.next_seq, self.opts.segment_size)?;
+        let fresh = ActiveWriter::create(&self.dir, new_id, log.next_seq, self.opts.segment_size)
+            .at(crate::log::segment_path(&self.dir, new_id))?;
         let mut manifest = log.manifest.clone();
         manifest.next_file_id = next_id(new_id)?;
         manifest.next_seq = log.next_seq;
@@ -453,11 +471,34 @@ impl Inner {
         Ok(())
     }
 
-    /// Replaces the manifest. A failure leaves the on-disk state uncertain (the rename may or
-    /// may not have happened), so it poisons the store: every later write fails, and reopening
-    /// reads whichever manifest is on disk, both of which are consistent with the files.
+    /// Replaces the manifest for a rotation, which changes files before it (the sealed file is
+    /// trimmed, the next one created): any failure poisons the store (every later write fails),
+    /// and reopening reads whichever manifest is on disk, both of which are consistent with the
+    /// files.
     pub(crate) fn store_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
-        manifest.store(&self.dir).inspect_err(|_| self.poison())
+        manifest.store(&self.dir).map_err(|e| {
+            self.poison();
+            e.into()
+        })
+    }
+
+    /// Replaces the manifest for a catalogue change (create or delete a keyspace, change a
+    /// default TTL) or a merge's publish, whose in-memory state is applied only after this
+    /// returns `Ok`. A failure before the rename changed nothing, on disk or in memory (a
+    /// merge's unpublished outputs are leftovers that open removes): the error is returned and
+    /// the store stays writable. Only a failure after the rename (the directory fsync) poisons.
+    pub(crate) fn store_manifest_unless_unchanged(
+        &self,
+        manifest: &crate::log::manifest::Manifest,
+    ) -> Result<()> {
+        match manifest.store(&self.dir) {
+            Ok(()) => Ok(()),
+            Err(StoreError::Unchanged(e)) => Err(e),
+            Err(StoreError::Uncertain(e)) => {
+                self.poison();
+                Err(e)
+            }
+        }
     }
 
     pub(crate) fn rotate_if_nonempty(&self) -> Result<()> {
@@ -474,9 +515,7 @@ impl Inner {
         name: &str,
         default: DefaultTtl,
     ) -> Result<Arc<KeyspaceCore>> {
-        if name.is_empty() {
-            return Err(Error::BadRequest("keyspace name must not be empty".into()));
-        }
+        check_keyspace_name(name)?;
         check_default(default)?;
         self.check_writable()?;
         let now = self.now_s();
@@ -497,7 +536,7 @@ impl Inner {
             name: name.to_string(),
             history: history.clone(),
         });
-        self.store_manifest(&manifest)?;
+        self.store_manifest_unless_unchanged(&manifest)?;
         log.manifest = manifest;
         let core = Arc::new(KeyspaceCore {
             id,
@@ -522,7 +561,7 @@ impl Inner {
         let mut manifest = log.manifest.clone();
         manifest.keyspaces.retain(|k| k.id != core.id);
         manifest.next_seq = log.next_seq;
-        self.store_manifest(&manifest)?;
+        self.store_manifest_unless_unchanged(&manifest)?;
         log.manifest = manifest;
         core.dropped.store(true, Ordering::Release);
         {
@@ -576,7 +615,7 @@ impl Inner {
             m.history.clone_from(&history);
         }
         manifest.next_seq = log.next_seq;
-        self.store_manifest(&manifest)?;
+        self.store_manifest_unless_unchanged(&manifest)?;
         log.manifest = manifest;
         let mut st = ks.state.write();
         let before = std::mem::replace(&mut st.history, history);

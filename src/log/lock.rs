@@ -3,7 +3,7 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 
 /// Holds the exclusive lock on `LOCK` until dropped.
 #[derive(Debug)]
@@ -17,16 +17,18 @@ impl DirLock {
     /// # Errors
     /// [`Error::Locked`] when another process or handle holds it; [`Error::Io`] otherwise.
     pub fn acquire(dir: &Path) -> Result<Self> {
+        let path = dir.join("LOCK");
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
-            .open(dir.join("LOCK"))?;
+            .open(&path)
+            .at(&path)?;
         match file.try_lock() {
             Ok(()) => Ok(Self { _file: file }),
             Err(TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
-            Err(TryLockError::Error(e)) => Err(Error::Io(e)),
+            Err(TryLockError::Error(e)) => Err(Error::io_at(&path, e)),
         }
     }
 }

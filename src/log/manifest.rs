@@ -12,6 +12,10 @@
 //! database (an unfinished merge output or a segment created just before a crash) and is
 //! deleted on open. Keyspace creation, deletion and default-TTL changes are durable because
 //! they return only after the manifest that records them is.
+//!
+//! A failed [`Manifest::store`] says how far it got ([`StoreError`]): before the rename nothing
+//! changed (the old manifest is in force and `MANIFEST.tmp` is ignored); after it, the new
+//! manifest is in place but, with the directory fsync failed, may not survive a power loss.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -20,8 +24,7 @@ use std::path::Path;
 use byteorder::{ByteOrder, LittleEndian as LE};
 use serde::{Deserialize, Serialize};
 
-use super::sync_dir;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, FaultKind};
 use crate::format::FORMAT_VERSION;
 use crate::ttl::TtlChange;
@@ -29,6 +32,24 @@ use crate::ttl::TtlChange;
 const MAGIC: [u8; 8] = *b"EBBDBMAN";
 const HEADER_LEN: usize = 20;
 const MAX_BODY: usize = 256 << 20;
+
+/// How a failed [`Manifest::store`] left the directory.
+#[derive(Debug)]
+pub enum StoreError {
+    /// Failed before the rename: `MANIFEST` is the old one, untouched; nothing changed.
+    Unchanged(Error),
+    /// The rename happened but the directory fsync failed: the new manifest is in place, but
+    /// whether it survives a power loss is unknown.
+    Uncertain(Error),
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unchanged(e) | StoreError::Uncertain(e) => e,
+        }
+    }
+}
 
 /// A keyspace in the catalogue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,7 +89,7 @@ impl Manifest {
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Error::io_at(&path, e)),
         };
         let bad = |reason: &str| Error::corruption(&path, 0, reason.to_string());
         let header = bytes
@@ -95,9 +116,20 @@ impl Manifest {
     /// Atomically replaces `dir/MANIFEST` with `self`.
     ///
     /// # Errors
-    /// Any OS error; the old manifest stays in force if this fails.
-    pub fn store(&self, dir: &Path) -> Result<()> {
-        let body = serde_json::to_vec(self).map_err(|e| Error::Io(e.into()))?;
+    /// [`StoreError::Unchanged`] for a failure before the rename (an OS error naming the file,
+    /// or [`Error::TooLarge`] for a body `load` would refuse): the old manifest stays in force.
+    /// [`StoreError::Uncertain`] when the directory fsync after the rename failed.
+    pub fn store(&self, dir: &Path) -> Result<(), StoreError> {
+        self.write_tmp_and_rename(dir)
+            .map_err(StoreError::Unchanged)?;
+        super::sync_dir(dir).at(dir).map_err(StoreError::Uncertain)
+    }
+
+    /// Everything up to and including the rename. On failure `MANIFEST` is untouched: `rename`
+    /// either replaces it atomically or, when it fails, changes nothing.
+    fn write_tmp_and_rename(&self, dir: &Path) -> Result<()> {
+        let body = serde_json::to_vec(self).map_err(|e| Error::from(std::io::Error::from(e)))?;
+        check_body_len(body.len())?;
         let mut out = Vec::with_capacity(HEADER_LEN + body.len());
         out.extend_from_slice(&MAGIC);
         let mut h = [0u8; 12];
@@ -107,24 +139,57 @@ impl Manifest {
         out.extend_from_slice(&h);
         out.extend_from_slice(&body);
         let tmp = dir.join("MANIFEST.tmp");
-        {
+        (|| {
             faults::check(&tmp, FaultKind::Create)?;
             let mut f = File::create(&tmp)?;
             faults::check(&tmp, FaultKind::Write)?;
             f.write_all(&out)?;
             faults::sync_file(&f, &tmp, false)?;
-        }
-        faults::check(&tmp, FaultKind::Rename)?;
-        fs::rename(&tmp, dir.join("MANIFEST"))?;
-        sync_dir(dir)?;
-        Ok(())
+            faults::check(&tmp, FaultKind::Rename)?;
+            fs::rename(&tmp, dir.join("MANIFEST"))
+        })()
+        .at(&tmp)
     }
+}
+
+/// Refuses to write a manifest that [`Manifest::load`] would refuse to read (a database that
+/// cannot be opened again), before anything is written.
+fn check_body_len(n: usize) -> Result<()> {
+    if n > MAX_BODY {
+        return Err(Error::TooLarge(format!(
+            "the manifest would be {n} bytes; the limit is {MAX_BODY} bytes"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ttl::DefaultTtl;
+
+    #[test]
+    fn an_unloadable_manifest_is_never_written() {
+        assert!(check_body_len(MAX_BODY).is_ok());
+        assert!(matches!(
+            check_body_len(MAX_BODY + 1),
+            Err(Error::TooLarge(_))
+        ));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = Manifest {
+            keyspaces: vec![KeyspaceMeta {
+                id: 1,
+                name: "x".repeat(MAX_BODY),
+                history: Vec::new(),
+            }],
+            ..Manifest::default()
+        };
+        assert!(matches!(
+            m.store(dir.path()),
+            Err(StoreError::Unchanged(Error::TooLarge(_)))
+        ));
+        assert_eq!(Manifest::load(dir.path()).expect("load"), None);
+    }
 
     #[test]
     fn store_load_round_trip_and_corruption() {

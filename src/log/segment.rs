@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use memmap2::Mmap;
 
 use super::{hint_path, mmap, segment_path};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::format::{SegmentHeader, SEGMENT_HEADER_LEN};
 
 /// A sealed, mapped segment.
@@ -34,8 +34,8 @@ impl Segment {
     /// [`Error::Corruption`] for a bad header; [`Error::Io`] for OS errors.
     pub fn open(dir: &Path, id: u32) -> Result<Self> {
         let path = segment_path(dir, id);
-        let file = File::open(&path)?;
-        let map = mmap::map_sealed(&file)?;
+        let file = File::open(&path).at(&path)?;
+        let map = mmap::map_sealed(&file).at(&path)?;
         let bytes: &[u8] = map.as_deref().unwrap_or_default();
         let header = SegmentHeader::decode(bytes)
             .map_err(|e| Error::corruption(&path, 0, format!("segment header: {e}")))?;
