@@ -110,8 +110,11 @@ pub struct Stats {
     /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
     /// deadline, however often keys are rewritten.
     pub timers_armed: usize,
-    /// The last background failure, if any.
+    /// The last background job's failure, until a later job succeeds (failing merges are
+    /// retried with exponential backoff, from 1 s up to 60 s).
     pub worker_error: Option<String>,
+    /// Background jobs that failed since open.
+    pub worker_failures: u64,
 }
 
 /// What a compaction did.
@@ -192,6 +195,10 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     st.expirations = inner.expirations.load(Ordering::Relaxed);
     st.merges = inner.merges.load(Ordering::Relaxed);
     st.timers_armed = inner.expiry.lock().wheel.len();
-    st.worker_error.clone_from(&inner.worker_error.lock());
+    {
+        let w = inner.worker_error.lock();
+        st.worker_error.clone_from(&w.last);
+        st.worker_failures = w.failures;
+    }
     st
 }

@@ -127,7 +127,7 @@ pub(crate) struct Inner {
     pub(crate) merges: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
     worker: Mutex<Option<WorkerHandle>>,
-    pub(crate) worker_error: Mutex<Option<String>>,
+    pub(crate) worker_error: Mutex<WorkerErrors>,
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
 }
 
@@ -158,6 +158,15 @@ impl Drop for TimeFence<'_> {
     fn drop(&mut self) {
         self.inner.fence_ms.store(NO_FENCE, Ordering::SeqCst);
     }
+}
+
+/// Background failures, for `stats()`.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerErrors {
+    /// The last background job's failure, until a later job succeeds.
+    pub(crate) last: Option<String>,
+    /// Background jobs that failed since open.
+    pub(crate) failures: u64,
 }
 
 /// Everything guarded by the log mutex.
@@ -331,7 +340,6 @@ impl Store {
     /// # Errors
     /// I/O errors writing the clock file.
     pub fn maintain(&self) -> Result<usize> {
-        self.inner.check_worker()?;
         self.inner.reap()
     }
 
@@ -340,7 +348,6 @@ impl Store {
     /// # Errors
     /// I/O errors; a failed merge leaves the published state untouched.
     pub fn compact(&self) -> Result<crate::stats::CompactionReport> {
-        self.inner.check_worker()?;
         self.inner.reap()?;
         crate::compaction::run(&self.inner, false)
     }
@@ -350,7 +357,6 @@ impl Store {
     /// # Errors
     /// As [`Store::compact`].
     pub fn compact_full(&self) -> Result<crate::stats::CompactionReport> {
-        self.inner.check_worker()?;
         self.inner.reap()?;
         self.inner.rotate_if_nonempty()?;
         crate::compaction::run(&self.inner, true)
@@ -500,13 +506,6 @@ impl Inner {
 
     pub(crate) fn poison(&self) {
         self.poisoned.store(true, Ordering::Release);
-    }
-
-    pub(crate) fn check_worker(&self) -> Result<()> {
-        match &*self.worker_error.lock() {
-            Some(msg) => Err(Error::Worker(msg.clone())),
-            None => Ok(()),
-        }
     }
 
     pub(crate) fn send(&self, msg: Message) {

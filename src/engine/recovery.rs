@@ -229,7 +229,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         merges: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
         worker: Mutex::new(None),
-        worker_error: Mutex::new(None),
+        worker_error: Mutex::new(super::WorkerErrors::default()),
         merge_crash_at: Mutex::new(None),
         opts,
     })
