@@ -286,6 +286,34 @@ fn with_tracker<R>(path: &Path, f: impl FnOnce(&mut Tracker) -> R) -> Option<R> 
     Some(f(t))
 }
 
+static STALLING: AtomicBool = AtomicBool::new(false);
+static STALLS: Mutex<Vec<(PathBuf, std::time::Duration)>> = Mutex::new(Vec::new());
+
+/// Makes every fsync under `dir` take at least `d` longer (a slow disk), until
+/// [`stall_syncs`] is called again with a zero duration.
+pub fn stall_syncs(dir: &Path, d: std::time::Duration) {
+    let mut all = STALLS.lock();
+    all.retain(|(p, _)| p != dir);
+    if !d.is_zero() {
+        all.push((dir.to_path_buf(), d));
+    }
+    STALLING.store(!all.is_empty(), Ordering::SeqCst);
+}
+
+fn stall(path: &Path) {
+    if !STALLING.load(Ordering::Relaxed) {
+        return;
+    }
+    let d = STALLS
+        .lock()
+        .iter()
+        .find(|(dir, _)| path.starts_with(dir))
+        .map(|(_, d)| *d);
+    if let Some(d) = d {
+        std::thread::sleep(d);
+    }
+}
+
 /// fsyncs `file` (at `path`): data only with `data_only`, else data and metadata. Subject to
 /// the fault plan; recorded by the power-loss model.
 ///
@@ -293,6 +321,7 @@ fn with_tracker<R>(path: &Path, f: impl FnOnce(&mut Tracker) -> R) -> Option<R> 
 /// The injected error or the OS error.
 pub fn sync_file(file: &File, path: &Path, data_only: bool) -> io::Result<()> {
     check(path, FaultKind::Sync)?;
+    stall(path);
     // What the fsync is sure to cover: the content before it starts.
     let before = if TRACKING.load(Ordering::Relaxed) {
         with_tracker(path, |_| ()).and_then(|()| {
@@ -327,6 +356,7 @@ pub fn sync_file(file: &File, path: &Path, data_only: bool) -> io::Result<()> {
 /// The injected error or the OS error.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     check(dir, FaultKind::Sync)?;
+    stall(dir);
     let listing = if TRACKING.load(Ordering::Relaxed) && with_tracker(dir, |_| ()).is_some() {
         let mut names = BTreeMap::new();
         let mut handles = Vec::new();

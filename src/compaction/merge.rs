@@ -13,7 +13,8 @@
 //!    rename). From here a crash opens the new set; the old files are unlisted and deleted on
 //!    open.
 //! 4. Add outputs to the segment set, move key-directory entries that still point at their old
-//!    location, account dead bytes of copies that were superseded meanwhile.
+//!    location, account dead bytes of copies that were superseded meanwhile. Without the log
+//!    mutex: writers go on during the moves.
 //! 5. Remove inputs from the set; their files are unlinked when the last reader drops them.
 //!
 //! No-resurrection rule for a dead record `R` of key `K` with sequence `s`:
@@ -159,6 +160,10 @@ struct Move {
 }
 
 fn crash_here(inner: &Inner, at: CrashPoint) -> Result<()> {
+    let observer = inner.merge_observer.lock().clone();
+    if let Some(observe) = observer {
+        (observe.0)(at);
+    }
     if *inner.merge_crash_at.lock() == Some(at) {
         inner.poison();
         return Err(Error::from(std::io::Error::other(format!(
@@ -326,22 +331,32 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let decided_upto = inner.log.lock().appended;
     inner.sync_to(decided_upto)?;
 
-    // 3. Publish.
-    let retired: HashSet<u32> = inputs.iter().chain(&dropped).map(|s| s.id).collect();
-    let mut log = inner.log.lock();
-    let mut manifest: Manifest = log.manifest.clone();
-    manifest.sealed.retain(|id| !retired.contains(id));
-    manifest.sealed.extend(written.iter().map(|(id, _)| *id));
-    manifest.next_seq = log.next_seq;
-    inner.store_manifest_unless_unchanged(&manifest)?;
-    log.manifest = manifest;
-    crash_here(inner, CrashPoint::AfterPublish)?;
-
-    // 4. Outputs in, key directory moved.
+    // The outputs are complete and fsynced: map them now, so nothing after the publish can
+    // fail half-way.
     let mut opened = Vec::with_capacity(written.len());
     for (id, _) in &written {
         opened.push(Arc::new(Segment::open(&inner.dir, *id)?));
     }
+
+    // 3. Publish. The outputs' byte accounting goes in with the manifest, so a write that
+    // supersedes a moved copy from now on finds its segment's counters.
+    let retired: HashSet<u32> = inputs.iter().chain(&dropped).map(|s| s.id).collect();
+    {
+        let mut log = inner.log.lock();
+        let mut manifest: Manifest = log.manifest.clone();
+        manifest.sealed.retain(|id| !retired.contains(id));
+        manifest.sealed.extend(written.iter().map(|(id, _)| *id));
+        manifest.next_seq = log.next_seq;
+        inner.store_manifest_unless_unchanged(&manifest)?;
+        log.manifest = manifest;
+        log.segstats.extend(written.iter().copied());
+    }
+    crash_here(inner, CrashPoint::AfterPublish)?;
+
+    // 4. Outputs in, key directory moved. Neither needs the log mutex, so writers are not held
+    // up by a big merge: each keyspace lock is taken for a chunk of moves at a time, and an
+    // entry moves only if it still points at the copied version (a write or an expiry in the
+    // meantime wins, and the copy is counted dead).
     {
         let mut set = inner.segments.write();
         for seg in &opened {
@@ -349,21 +364,23 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             report.bytes_after += seg.len();
         }
     }
-    let mut out_stats: HashMap<u32, SegStats> = written.into_iter().collect();
-    for m in moves {
-        let mut st = m.ks.state.write();
-        let moved = match st.map.get_mut(&*m.key) {
-            Some(e) if (e.file, e.offset) == m.from && e.seq == m.seq => {
-                e.file = m.to.0;
-                e.offset = m.to.1;
-                true
-            }
-            _ => false,
-        };
-        drop(st);
-        if !moved {
-            if let Some(s) = out_stats.get_mut(&m.to.0) {
-                s.dead += u64::from(m.len);
+    let mut superseded: HashMap<u32, u64> = HashMap::new();
+    for chunk in moves.chunk_by(|a, b| Arc::ptr_eq(&a.ks, &b.ks)) {
+        for part in chunk.chunks(MOVES_PER_LOCK) {
+            let Some(first) = part.first() else { continue };
+            let mut st = first.ks.state.write();
+            for m in part {
+                let moved = match st.map.get_mut(&*m.key) {
+                    Some(e) if (e.file, e.offset) == m.from && e.seq == m.seq => {
+                        e.file = m.to.0;
+                        e.offset = m.to.1;
+                        true
+                    }
+                    _ => false,
+                };
+                if !moved {
+                    *superseded.entry(m.to.0).or_default() += u64::from(m.len);
+                }
             }
         }
     }
@@ -378,16 +395,25 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             }
         }
     }
-    for id in &retired {
-        log.segstats.remove(id);
+    {
+        let mut log = inner.log.lock();
+        for id in &retired {
+            log.segstats.remove(id);
+        }
+        for (id, dead) in superseded {
+            if let Some(s) = log.segstats.get_mut(&id) {
+                s.dead += dead;
+            }
+        }
     }
-    log.segstats.extend(out_stats);
-    drop(log);
     inner
         .merges
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(report)
 }
+
+/// Key-directory moves made under one keyspace write lock.
+const MOVES_PER_LOCK: usize = 256;
 
 enum Decision {
     Copy,

@@ -129,6 +129,8 @@ pub(crate) struct Inner {
     worker: Mutex<Option<WorkerHandle>>,
     pub(crate) worker_error: Mutex<WorkerErrors>,
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
+    /// Test hook called at each merge step (see `Store::set_merge_observer`).
+    pub(crate) merge_observer: Mutex<Option<ObserverSlot>>,
 }
 
 /// `fence_ms` when no fence is up.
@@ -157,6 +159,18 @@ pub(crate) struct TimeFence<'a> {
 impl Drop for TimeFence<'_> {
     fn drop(&mut self) {
         self.inner.fence_ms.store(NO_FENCE, Ordering::SeqCst);
+    }
+}
+
+/// A test's callback at each merge step.
+#[derive(Clone)]
+pub(crate) struct ObserverSlot(
+    pub(crate) Arc<dyn Fn(crate::compaction::merge::CrashPoint) + Send + Sync>,
+);
+
+impl std::fmt::Debug for ObserverSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObserverSlot")
     }
 }
 
@@ -403,6 +417,17 @@ impl Store {
     #[doc(hidden)]
     pub fn set_merge_crash_point(&self, at: Option<crate::compaction::merge::CrashPoint>) {
         *self.inner.merge_crash_at.lock() = at;
+    }
+
+    /// Test hook: `observe` is called (on the merging thread) as each merge reaches each step,
+    /// so a test can check what other threads can do at that moment.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn set_merge_observer(
+        &self,
+        observe: Option<Arc<dyn Fn(crate::compaction::merge::CrashPoint) + Send + Sync>>,
+    ) {
+        *self.inner.merge_observer.lock() = observe.map(ObserverSlot);
     }
 }
 

@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use super::{Inner, LogState};
-use crate::error::{Error, Result};
+use super::Inner;
+use crate::error::{Error, IoContext, Result};
 use crate::format::record::{self, Kind};
 use crate::keydir::{Entry, KeyspaceState};
 use crate::log::active::ActiveFile;
@@ -44,7 +44,8 @@ impl Inner {
         Some((e, seg))
     }
 
-    /// Copies out the value of the record `e` for `key`.
+    /// Copies out the value of the record `e` for `key`. Never takes the log mutex: a record
+    /// still in the active segment's unflushed tail is copied under the tail's own lock.
     pub(crate) fn read_value(&self, seg: &SegRef, e: &Entry, key: &[u8]) -> Result<Vec<u8>> {
         match seg {
             SegRef::Sealed(s) => read_sealed(s, e, key),
@@ -52,41 +53,19 @@ impl Inner {
                 if let Some(bytes) = a.read_mapped(e.offset, e.len) {
                     return decode_value(bytes, e, key, &self.seg_path(e.file));
                 }
-                if let Some(bytes) = a.read_flushed(e.offset, e.len)? {
-                    return decode_value(&bytes, e, key, &self.seg_path(e.file));
-                }
-                let log = self.log.lock();
-                self.read_value_locked(&log, seg, e, key)
+                let bytes = a
+                    .read_any(e.offset, e.len)
+                    .at(self.seg_path(e.file))?
+                    .ok_or_else(|| {
+                        Error::corruption(
+                            self.seg_path(e.file),
+                            u64::from(e.offset),
+                            "record not in active segment",
+                        )
+                    })?;
+                decode_value(&bytes, e, key, &self.seg_path(e.file))
             }
         }
-    }
-
-    /// As [`Inner::read_value`], for a caller that already holds the log mutex.
-    pub(crate) fn read_value_locked(
-        &self,
-        log: &LogState,
-        seg: &SegRef,
-        e: &Entry,
-        key: &[u8],
-    ) -> Result<Vec<u8>> {
-        let a = match seg {
-            SegRef::Sealed(s) => return read_sealed(s, e, key),
-            SegRef::Active(a) => a,
-        };
-        if log.active.id() == a.id {
-            if let Some(bytes) = log.active.read_buffered(e.offset, e.len) {
-                return decode_value(bytes, e, key, &self.seg_path(e.file));
-            }
-        }
-        // Flushed (possibly by a rotation since the lookup).
-        let bytes = a.read_flushed(e.offset, e.len)?.ok_or_else(|| {
-            Error::corruption(
-                self.seg_path(e.file),
-                u64::from(e.offset),
-                "record not in active segment",
-            )
-        })?;
-        decode_value(&bytes, e, key, &self.seg_path(e.file))
     }
 
     fn seg_path(&self, id: u32) -> std::path::PathBuf {

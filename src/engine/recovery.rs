@@ -231,6 +231,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         worker: Mutex::new(None),
         worker_error: Mutex::new(super::WorkerErrors::default()),
         merge_crash_at: Mutex::new(None),
+        merge_observer: Mutex::new(None),
         opts,
     })
 }

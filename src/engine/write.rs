@@ -109,7 +109,6 @@ pub(crate) type Existed = Vec<bool>;
 /// value is read only if the check asks for it.
 pub(crate) struct Current<'a> {
     inner: &'a Inner,
-    log: &'a LogState,
     key: &'a [u8],
     found: Option<(Entry, SegRef)>,
 }
@@ -123,10 +122,7 @@ impl Current<'_> {
     /// The live value, if any.
     pub(crate) fn value(&self) -> Result<Option<Vec<u8>>> {
         match &self.found {
-            Some((e, seg)) => self
-                .inner
-                .read_value_locked(self.log, seg, e, self.key)
-                .map(Some),
+            Some((e, seg)) => self.inner.read_value(seg, e, self.key).map(Some),
             None => Ok(None),
         }
     }
@@ -137,7 +133,6 @@ impl Inner {
     /// before it (`scans.rs`). Caller holds the log mutex and the keyspaces' write locks.
     fn record_before_images(
         &self,
-        log: &LogState,
         ops: &[Op],
         guards: &[(u32, RwLockWriteGuard<'_, KeyspaceState>)],
         batch_seq: u64,
@@ -160,7 +155,7 @@ impl Inner {
                             "segment of a key-directory entry is not published",
                         )
                     })?;
-                    Some((*e, self.read_value_locked(log, &seg, e, &op.key)?))
+                    Some((*e, self.read_value(&seg, e, &op.key)?))
                 }
             };
             scans.record(batch_seq, &op.key, image);
@@ -218,7 +213,6 @@ impl Inner {
                 };
                 check(&Current {
                     inner: self,
-                    log: &log,
                     key: &first.key,
                     found,
                 })?;
@@ -267,7 +261,7 @@ impl Inner {
             if batch {
                 // Open scans must not see half of this batch either: record before-images
                 // first, so a failed value read refuses the batch before anything is appended.
-                self.record_before_images(log, ops, &guards, seq)?;
+                self.record_before_images(ops, &guards, seq)?;
             }
             if batch {
                 let header = Meta {

@@ -1,10 +1,11 @@
 //! The active segment: the one file being appended to.
 //!
-//! Writers append encoded records to an in-memory buffer under the log mutex; the buffer is
-//! written to the file (`pwrite` at the flushed length) when it grows past a threshold, before
-//! an fsync, and at rotation. Readers read the flushed part with `pread` through the shared
-//! [`ActiveFile`] without taking the log mutex; the unflushed tail is read from the buffer under
-//! the mutex (a copy, never an fsync wait).
+//! Writers append encoded records to an in-memory buffer (the *tail*) under the log mutex; the
+//! tail is written to the file (`pwrite` at the flushed length) when it grows past a threshold,
+//! before an fsync, and at rotation. Readers never take the log mutex (which is held across
+//! fsyncs at rotation, catalogue changes and merge publishes): they read the flushed part
+//! through the shared [`ActiveFile`] (mapping or `pread`), and the unflushed tail under the
+//! tail's own mutex, which is held only for an append, a copy, or the `pwrite` of a flush.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -12,6 +13,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use super::mmap::{map_active, ActiveMap};
 use super::segment_path;
@@ -39,6 +42,9 @@ pub struct ActiveFile {
     /// Read-only mapping of the file (its flushed prefix is read from here); `None` if the
     /// mapping failed, in which case reads use `pread`.
     map: Option<ActiveMap>,
+    /// Appended bytes not yet written to the file; they start at `flushed`. `flushed` only
+    /// changes under this lock, so a reader holding it sees the two agree.
+    tail: Mutex<Vec<u8>>,
 }
 
 impl ActiveFile {
@@ -61,6 +67,33 @@ impl ActiveFile {
 }
 
 impl ActiveFile {
+    /// Copies `len` bytes at `offset` wherever they are: the file (if flushed) or the
+    /// unflushed tail. `None` if they are past everything appended.
+    ///
+    /// # Errors
+    /// The OS error from `pread`.
+    pub fn read_any(&self, offset: u32, len: u32) -> io::Result<Option<Vec<u8>>> {
+        if let Some(bytes) = self.read_flushed(offset, len)? {
+            return Ok(Some(bytes));
+        }
+        let tail = self.tail.lock();
+        let flushed = self.flushed.load(Ordering::Acquire);
+        match u64::from(offset).checked_sub(flushed) {
+            Some(start) => {
+                let start = usize::try_from(start).unwrap_or(usize::MAX);
+                Ok(start
+                    .checked_add(len as usize)
+                    .and_then(|end| tail.get(start..end))
+                    .map(<[u8]>::to_vec))
+            }
+            // Flushed between the first look and taking the lock.
+            None => {
+                drop(tail);
+                self.read_flushed(offset, len)
+            }
+        }
+    }
+
     /// fsyncs the file's data; `path` is its path (for fault injection).
     ///
     /// # Errors
@@ -85,6 +118,7 @@ impl ActiveFile {
             file,
             flushed: AtomicU64::new(flushed),
             map,
+            tail: Mutex::new(Vec::with_capacity(FLUSH_THRESHOLD * 2)),
         }
     }
 }
@@ -96,8 +130,7 @@ pub struct ActiveWriter {
     pub shared: Arc<ActiveFile>,
     /// Header of this file.
     pub header: SegmentHeader,
-    buf: Vec<u8>,
-    /// Logical length: flushed bytes plus the buffer.
+    /// Logical length: flushed bytes plus the tail.
     len: u64,
     path: std::path::PathBuf,
     /// Physical length of the file: written records, then zeros.
@@ -127,7 +160,6 @@ impl ActiveWriter {
         Ok(Self {
             shared: Arc::new(ActiveFile::new(id, file, len, map_len)),
             header,
-            buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
             len,
             path,
             zeroed_to: len,
@@ -166,7 +198,6 @@ impl ActiveWriter {
         Ok(Self {
             shared: Arc::new(ActiveFile::new(header.id, file, valid_len, map_len)),
             header,
-            buf: Vec::with_capacity(FLUSH_THRESHOLD * 2),
             len: valid_len,
             path: segment_path(dir, header.id),
             zeroed_to,
@@ -216,7 +247,7 @@ impl ActiveWriter {
     /// Appends encoded bytes, returning the offset where they start.
     pub fn append(&mut self, bytes: &[u8]) -> u64 {
         let at = self.len;
-        self.buf.extend_from_slice(bytes);
+        self.shared.tail.lock().extend_from_slice(bytes);
         self.len += bytes.len() as u64;
         at
     }
@@ -224,16 +255,17 @@ impl ActiveWriter {
     /// Appends whatever `encode` writes into the buffer, returning the offset where it starts.
     pub fn append_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> u64 {
         let at = self.len;
-        let before = self.buf.len();
-        encode(&mut self.buf);
-        self.len += (self.buf.len() - before) as u64;
+        let mut tail = self.shared.tail.lock();
+        let before = tail.len();
+        encode(&mut tail);
+        self.len += (tail.len() - before) as u64;
         at
     }
 
     /// True when the buffer should be written out.
     #[must_use]
     pub fn wants_flush(&self) -> bool {
-        self.buf.len() >= FLUSH_THRESHOLD
+        self.shared.tail.lock().len() >= FLUSH_THRESHOLD
     }
 
     /// Writes the buffer to the file (no fsync).
@@ -242,11 +274,13 @@ impl ActiveWriter {
     /// The OS error from `pwrite`; the buffer is kept so nothing is silently dropped, and the
     /// caller poisons the store.
     pub fn flush(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
+        // Readers copy from the tail under this lock, so `flushed` and the tail change together.
+        let mut tail = self.shared.tail.lock();
+        if tail.is_empty() {
             return Ok(());
         }
         let at = self.shared.flushed.load(Ordering::Acquire);
-        let end = at + self.buf.len() as u64;
+        let end = at + tail.len() as u64;
         if end > self.zeroed_to {
             // Extend with zeros well past this write, so the next appends overwrite.
             let target = end + self.prealloc;
@@ -254,17 +288,9 @@ impl ActiveWriter {
             faults::write_all_at(&self.shared.file, &self.path, &zeros, end)?;
             self.zeroed_to = target;
         }
-        faults::write_all_at(&self.shared.file, &self.path, &self.buf, at)?;
+        faults::write_all_at(&self.shared.file, &self.path, &tail, at)?;
         self.shared.flushed.store(self.len, Ordering::Release);
-        self.buf.clear();
+        tail.clear();
         Ok(())
-    }
-
-    /// Reads from the unflushed buffer (the caller holds the log mutex).
-    #[must_use]
-    pub fn read_buffered(&self, offset: u32, len: u32) -> Option<&[u8]> {
-        let flushed = self.shared.flushed.load(Ordering::Acquire);
-        let start = u64::from(offset).checked_sub(flushed)? as usize;
-        self.buf.get(start..start.checked_add(len as usize)?)
     }
 }
