@@ -50,6 +50,7 @@ use super::policy;
 
 /// Where a merge can be stopped by tests, to check that every step is crash safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // each names the step a merge has just finished
 pub enum CrashPoint {
     /// Outputs written and fsynced, manifest not yet replaced.
     AfterOutputs,

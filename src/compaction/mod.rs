@@ -1,8 +1,13 @@
 //! Compaction: choose segments (policy), merge them without their dead records (merge), and
 //! write hint files for sealed segments.
 
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod merge;
-pub mod policy;
+#[cfg(not(feature = "test-hooks"))]
+#[allow(dead_code)]
+pub(crate) mod merge;
+pub(crate) mod policy;
 
 use std::fs::File;
 use std::io::Write;

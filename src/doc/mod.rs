@@ -12,11 +12,21 @@
 
 mod container;
 mod database;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod partition;
+#[cfg(not(feature = "test-hooks"))]
+#[allow(dead_code)]
+pub(crate) mod partition;
 mod precheck;
-pub mod properties;
+pub(crate) mod properties;
 mod stored;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod validate;
+#[cfg(not(feature = "test-hooks"))]
+#[allow(dead_code)]
+pub(crate) mod validate;
 
 pub use container::{Container, ItemOptions, Items};
 pub use database::Database;

@@ -7,8 +7,13 @@
 //! and is really due; an early timer (the deadline moved later) is re-armed, a timer for an
 //! entry that can no longer expire is dropped.
 
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod wheel;
-pub mod worker;
+#[cfg(not(feature = "test-hooks"))]
+#[allow(dead_code)]
+pub(crate) mod wheel;
+pub(crate) mod worker;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -25,8 +25,6 @@ pub enum Message {
     Tick,
     /// Run the compaction policy.
     Compact,
-    /// fsync now.
-    Sync,
     /// Write the hint file of this freshly sealed segment.
     WriteHint(u32),
     /// Stop.
@@ -173,9 +171,6 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                         } else {
                             compaction.failed();
                         }
-                    }
-                    Message::Sync => {
-                        run(&mut || inner.periodic_sync());
                     }
                     Message::WriteHint(id) => {
                         run(&mut || crate::compaction::write_hint_for(&inner, id));

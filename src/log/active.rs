@@ -244,14 +244,6 @@ impl ActiveWriter {
         self.len <= SEGMENT_HEADER_LEN as u64
     }
 
-    /// Appends encoded bytes, returning the offset where they start.
-    pub fn append(&mut self, bytes: &[u8]) -> u64 {
-        let at = self.len;
-        self.shared.tail.lock().extend_from_slice(bytes);
-        self.len += bytes.len() as u64;
-        at
-    }
-
     /// Appends whatever `encode` writes into the buffer, returning the offset where it starts.
     pub fn append_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> u64 {
         let at = self.len;

@@ -6,12 +6,26 @@
 //! - `CLOCK`: the engine's time high-water mark (see `engine::clockfile`).
 //! - `NNNNNNNNNN.seg`: segments; `NNNNNNNNNN.hint`: their hint files.
 
-pub mod active;
-pub mod lock;
+// Never public, not even with `test-hooks`: these map, truncate and write segment files, and a
+// safe function that could map a file and then change it would be unsound (DESIGN.md §9).
+pub(crate) mod active;
+pub(crate) mod lock;
+pub(crate) mod mmap;
+pub(crate) mod segment;
+
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod manifest;
-pub mod mmap;
+#[cfg(not(feature = "test-hooks"))]
+#[allow(dead_code)]
+pub(crate) mod manifest;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod scan;
-pub mod segment;
+#[cfg(not(feature = "test-hooks"))]
+#[allow(dead_code)]
+pub(crate) mod scan;
+
 
 use std::io;
 use std::path::{Path, PathBuf};

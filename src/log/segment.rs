@@ -74,11 +74,6 @@ impl Segment {
         self.len().saturating_sub(SEGMENT_HEADER_LEN as u64)
     }
 
-    /// True when the file holds no records.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.data_len() == 0
-    }
 
     /// `len` bytes at `offset`, if inside the file.
     #[must_use]
