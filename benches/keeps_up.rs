@@ -1,0 +1,243 @@
+//! Expiry that keeps up, as a user with a session store would run it: one writer inserts new
+//! 16-byte keys with 100-byte values and a TTL (default 10 s) as fast as it can, in batches of
+//! 100, `SyncPolicy::Never`, `Options::default()` otherwise, the real clock, and nothing but the
+//! background worker doing upkeep (no `compact()` call). Every second it samples the data
+//! directory's bytes, the store's live bytes, anonymous RSS, and reads a few keys to check that
+//! nothing expired is returned. Reports disk ÷ live bytes over the second half (max and end),
+//! writes/s, the slowest batch, RSS, and a final exactness check (`len()` against the keys
+//! written within the TTL).
+//!
+//! The same run without TTL (keys deleted after `TTL` seconds' worth of writes, so the live set
+//! is comparable) gives the cost of expiry to the foreground.
+//!
+//! Run: `cargo bench --bench keeps_up` (EBBDB_KEEPS_UP_SECS=60, EBBDB_KEEPS_UP_TTL=10,
+//! EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ebbdb::{DefaultTtl, Options, Store, SyncPolicy, Ttl, WriteBatch};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Bytes of the regular files in `dir` (allocated or logical, whichever is smaller).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len().min(m.blocks() * 512))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// A field of /proc/self/status in bytes (`RssAnon`, `VmHWM`).
+fn status_bytes(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+struct Xs(u64);
+
+impl Xs {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The `i`-th key written: 16 random-looking bytes that can be computed again.
+fn key(i: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&mix(i).to_le_bytes());
+    k[8..].copy_from_slice(&mix(i ^ 0x5555_5555).to_le_bytes());
+    k
+}
+
+struct Outcome {
+    writes_per_s: f64,
+    max_amp: f64,
+    end_amp: f64,
+    slowest_batch: Duration,
+    p99_batch: Duration,
+    rss_anon: u64,
+    stale: u64,
+    live_keys: u64,
+}
+
+fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcome> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
+    let default = if with_ttl {
+        DefaultTtl::Seconds(ttl as u32)
+    } else {
+        DefaultTtl::Off
+    };
+    let ks = store.create_keyspace("sessions", default)?;
+    let value = [0x5Au8; 100];
+    let mut rng = Xs(0x9E37_79B9_7F4A_7C15);
+    let start = Instant::now();
+    let mut next_sample = 1;
+    let mut written = 0u64;
+    let mut batch_times = Vec::new();
+    // (second, disk bytes, live bytes)
+    let mut samples: Vec<(u64, u64, u64)> = Vec::new();
+    let mut stale = 0u64;
+    // Key i was written at second written_at[i / 100].
+    let mut written_at: Vec<u64> = Vec::new();
+    let mut deleted = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
+        let t = Instant::now();
+        let mut batch = WriteBatch::new();
+        let second = now_s();
+        written_at.push(second);
+        for _ in 0..100 {
+            let k = key(written);
+            if with_ttl && mixed {
+                match rng.next() % 10 {
+                    0 => batch.put_with_ttl(&ks, k, value, Ttl::Never),
+                    _ => batch.put_with_ttl(
+                        &ks,
+                        k,
+                        value,
+                        Ttl::Seconds(1 + (rng.next() % 3600) as u32),
+                    ),
+                };
+            } else {
+                batch.put(&ks, k, value);
+            }
+            if !with_ttl {
+                // Without TTL the writer keeps a comparable live set itself: it deletes the
+                // keys written `ttl` seconds ago.
+                let horizon = second.saturating_sub(ttl);
+                while deleted < written && written_at[(deleted / 100) as usize] < horizon {
+                    batch.delete(&ks, key(deleted));
+                    deleted += 1;
+                }
+            }
+            written += 1;
+        }
+        store.write_batch(batch)?;
+        batch_times.push(t.elapsed());
+        let elapsed = start.elapsed().as_secs();
+        if elapsed >= next_sample {
+            next_sample = elapsed + 1;
+            let s = store.stats();
+            samples.push((elapsed, dir_bytes(dir.path()), s.live_bytes));
+            if std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok() {
+                println!(
+                    "    t={elapsed}s live {} expired-unpurged {} timers {} segments {} merges {} expirations {} rss {} MiB",
+                    s.live_items,
+                    s.expired_items,
+                    s.timers_armed,
+                    s.segments,
+                    s.merges,
+                    s.expirations,
+                    status_bytes("RssAnon:") >> 20
+                );
+            }
+            if with_ttl && !mixed {
+                // Spot-check exactness: a key written more than TTL + 1 s ago must be gone.
+                let now = now_s();
+                for _ in 0..20 {
+                    let i = rng.next() % written;
+                    if written_at[(i / 100) as usize] + ttl + 1 < now && ks.get(key(i))?.is_some() {
+                        stale += 1;
+                    }
+                }
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let live_keys = ks.len()? as u64;
+    let half = samples.len() / 2;
+    let amps: Vec<f64> = samples[half..]
+        .iter()
+        .map(|&(_, disk, live)| disk as f64 / live.max(1) as f64)
+        .collect();
+    for &(sec, disk, live) in &samples {
+        if sec % 5 == 0 {
+            println!(
+                "  {} t={sec:>3}s disk {:>7.1} MiB live {:>7.1} MiB ratio {:>5.2}",
+                if with_ttl { "ttl  " } else { "nottl" },
+                disk as f64 / 1048576.0,
+                live as f64 / 1048576.0,
+                disk as f64 / live.max(1) as f64
+            );
+        }
+    }
+    batch_times.sort();
+    let p99 = batch_times
+        .get(batch_times.len() * 99 / 100)
+        .copied()
+        .unwrap_or_default();
+    Ok(Outcome {
+        writes_per_s: written as f64 / elapsed,
+        max_amp: amps.iter().copied().fold(0.0, f64::max),
+        end_amp: amps.last().copied().unwrap_or(0.0),
+        slowest_batch: batch_times.last().copied().unwrap_or_default(),
+        p99_batch: p99,
+        rss_anon: status_bytes("RssAnon:"),
+        stale,
+        live_keys,
+    })
+}
+
+fn main() -> ebbdb::Result<()> {
+    if std::env::args().any(|a| a == "--list") {
+        return Ok(());
+    }
+    let secs = env("EBBDB_KEEPS_UP_SECS", 60);
+    let ttl = env("EBBDB_KEEPS_UP_TTL", 10);
+    let mixed = env("EBBDB_KEEPS_UP_MIXED", 0) == 1;
+    println!("keeps up: {secs} s, TTL {ttl} s{}, batches of 100, SyncPolicy::Never, real clock, background upkeep only", if mixed { " (mixed)" } else { "" });
+    let with = run(true, secs, ttl, mixed)?;
+    let without = run(false, secs, ttl, mixed)?;
+    for (name, o) in [("with TTL", &with), ("without TTL", &without)] {
+        println!(
+            "{name:>12}: {:>8.0} writes/s, disk/live 2nd half max {:.2} end {:.2}, batch p99 {:?} max {:?}, RssAnon {:.0} MiB, live keys {}, stale {}",
+            o.writes_per_s,
+            o.max_amp,
+            o.end_amp,
+            o.p99_batch,
+            o.slowest_batch,
+            o.rss_anon as f64 / 1048576.0,
+            o.live_keys,
+            o.stale
+        );
+    }
+    println!(
+        "TTL write rate / no-TTL write rate: {:.2}",
+        with.writes_per_s / without.writes_per_s.max(1.0)
+    );
+    Ok(())
+}
