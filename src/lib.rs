@@ -70,6 +70,7 @@ pub mod ttl;
 #[allow(dead_code)]
 pub(crate) mod ttl;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use doc::{
     Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,
 };
@@ -79,6 +80,5 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use expiry::ExpiryEvent;
 pub use options::{Options, RecoveryMode, SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use stats::{CompactionReport, SegmentStats, Stats};
 pub use ttl::{DefaultTtl, Ttl};

@@ -26,7 +26,6 @@ pub mod scan;
 #[allow(dead_code)]
 pub(crate) mod scan;
 
-
 use std::io;
 use std::path::{Path, PathBuf};
 

@@ -74,7 +74,6 @@ impl Segment {
         self.len().saturating_sub(SEGMENT_HEADER_LEN as u64)
     }
 
-
     /// `len` bytes at `offset`, if inside the file.
     #[must_use]
     pub fn read(&self, offset: u32, len: u32) -> Option<&[u8]> {
