@@ -34,6 +34,8 @@ pub use doc::{
 pub use engine::{Expiry, Iter, Keyspace, Store, WriteBatch};
 pub use error::{Error, Result};
 pub use expiry::ExpiryEvent;
-pub use options::{Options, RecoveryMode, SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+pub use options::{
+    Options, RecoveryMode, SyncPolicy, MAX_KEY_SIZE, MAX_SEGMENT_SIZE, MAX_VALUE_SIZE,
+};
 pub use stats::{CompactionReport, Stats};
 pub use ttl::{DefaultTtl, Ttl};

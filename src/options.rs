@@ -12,6 +12,10 @@ pub const MAX_KEY_SIZE: usize = 64 * 1024;
 /// must fit in one segment).
 pub const MAX_VALUE_SIZE: usize = 64 * 1024 * 1024;
 
+/// Largest `segment_size`: record offsets and lengths are 32-bit (key directory, hint files),
+/// so no byte of a segment may lie at or beyond 4 GiB.
+pub const MAX_SEGMENT_SIZE: u64 = u32::MAX as u64;
+
 /// When a write's bytes reach stable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncPolicy {
@@ -103,7 +107,8 @@ impl Options {
         self
     }
 
-    /// Rotates the active segment once it reaches `bytes` (default 64 MiB, at least 4 KiB).
+    /// Rotates the active segment once it reaches `bytes` (default 64 MiB, at least 4 KiB, at
+    /// most [`MAX_SEGMENT_SIZE`]: a larger value is refused when the store is opened).
     #[must_use]
     pub fn segment_size(mut self, bytes: u64) -> Self {
         self.segment_size = bytes.max(4096);
@@ -150,6 +155,22 @@ impl Options {
     pub fn tick_interval(mut self, every: Duration) -> Self {
         self.tick_interval = every.max(Duration::from_millis(1));
         self
+    }
+
+    /// Checks the combination of settings; opening calls this first.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) naming the setting, for a
+    /// `segment_size` above [`MAX_SEGMENT_SIZE`] (offsets inside a segment are 32-bit).
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.segment_size > MAX_SEGMENT_SIZE {
+            return Err(crate::Error::InvalidOptions(format!(
+                "segment_size {} is above the limit of {MAX_SEGMENT_SIZE} bytes (offsets inside \
+                 a segment are 32-bit)",
+                self.segment_size
+            )));
+        }
+        Ok(())
     }
 
     /// Whether opening reads hint files (default true). Off forces a full scan of every

@@ -100,6 +100,8 @@ pub(crate) struct Inner {
     worker: Mutex<Option<WorkerHandle>>,
     pub(crate) worker_error: Mutex<Option<String>>,
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
+    /// Damage met and skipped (see `Stats::damaged_segments`).
+    pub(crate) damage: crate::stats::DamageCounters,
 }
 
 /// Everything guarded by the log mutex.

@@ -80,6 +80,7 @@ impl Loader {
 }
 
 pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
+    opts.validate()?;
     std::fs::create_dir_all(dir)?;
     let lock = DirLock::acquire(dir)?;
     let manifest = match Manifest::load(dir)? {
@@ -229,6 +230,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         worker: Mutex::new(None),
         worker_error: Mutex::new(None),
         merge_crash_at: Mutex::new(None),
+        damage: crate::stats::DamageCounters::default(),
         opts,
     })
 }
