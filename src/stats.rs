@@ -129,7 +129,6 @@ pub(crate) struct DamageCounters {
     pub(crate) unlisted_files: AtomicU64,
 }
 
-
 /// What a compaction did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CompactionReport {

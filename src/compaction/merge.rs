@@ -36,7 +36,7 @@ use crate::format::hint::HintWriter;
 use crate::format::record::{self, Kind, Meta, FLAG_MARKER, FLAG_SHADOWS};
 use crate::format::SegmentHeader;
 use crate::keydir::KeyspaceCore;
-use crate::log::manifest::Manifest;
+use crate::log::manifest::{Manifest, SealedSegment};
 use crate::log::scan::{scan, ScanEnd};
 use crate::log::segment::Segment;
 use crate::log::segment_path;
@@ -124,8 +124,8 @@ impl Outputs<'_> {
         Ok((o.id, offset))
     }
 
-    /// fsyncs every output and writes its hint; returns them.
-    fn finish(mut self) -> Result<Vec<(u32, SegStats)>> {
+    /// fsyncs every output and writes its hint; returns them with their lengths.
+    fn finish(mut self) -> Result<Vec<(u32, SegStats, u64)>> {
         if let Some(o) = self.current.take() {
             self.done.push(o);
         }
@@ -138,7 +138,7 @@ impl Outputs<'_> {
             faults::check(&segment_path(&self.inner.dir, o.id), FaultKind::Sync)?;
             file.sync_all()?;
             super::write_hint_file(self.inner, o.id, o.hint)?;
-            out.push((o.id, o.stats));
+            out.push((o.id, o.stats, o.len));
         }
         Ok(out)
     }
@@ -187,7 +187,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             inner.rotate(&mut log)?;
         }
         let sel = policy::select(
-            &log.manifest.sealed,
+            &log.manifest.sealed_ids(),
             &log.segstats,
             now,
             inner.opts.compaction_dead_ratio,
@@ -320,8 +320,12 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let retired: HashSet<u32> = inputs.iter().chain(&dropped).map(|s| s.id).collect();
     let mut log = inner.log.lock();
     let mut manifest: Manifest = log.manifest.clone();
-    manifest.sealed.retain(|id| !retired.contains(id));
-    manifest.sealed.extend(written.iter().map(|(id, _)| *id));
+    manifest.sealed.retain(|s| !retired.contains(&s.id));
+    manifest.sealed.extend(
+        written
+            .iter()
+            .map(|&(id, _, len)| SealedSegment { id, len }),
+    );
     manifest.next_seq = log.next_seq;
     inner.store_manifest(&manifest)?;
     log.manifest = manifest;
@@ -329,7 +333,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
 
     // 4. Outputs in, key directory moved.
     let mut opened = Vec::with_capacity(written.len());
-    for (id, _) in &written {
+    for (id, _, _) in &written {
         opened.push(Arc::new(Segment::open(&inner.dir, *id)?));
     }
     {
@@ -339,7 +343,8 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             report.bytes_after += seg.len();
         }
     }
-    let mut out_stats: HashMap<u32, SegStats> = written.into_iter().collect();
+    let mut out_stats: HashMap<u32, SegStats> =
+        written.into_iter().map(|(id, st, _)| (id, st)).collect();
     for m in moves {
         let mut st = m.ks.state.write();
         let moved = match st.map.get_mut(&*m.key) {

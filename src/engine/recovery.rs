@@ -92,7 +92,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
 
     let mut loader = Loader::default();
     let mut sealed = BTreeMap::new();
-    for &id in &manifest.sealed {
+    for id in manifest.sealed_ids() {
         match load_sealed(dir, id, &opts, &mut loader) {
             Ok(Some(seg)) => {
                 sealed.insert(id, Arc::new(seg));
@@ -106,8 +106,20 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     })?;
     let active = load_active(dir, active_id, opts.segment_size, &mut loader)?;
 
-    // Build the catalogue and the key directories.
-    let now_floor_s = clock_state.high_water.max(loader.max_write_ms / 1000);
+    // Build the catalogue and the key directories. `now` never goes below a time the engine
+    // has durably used: CLOCK, the newest write in the log, the high-water mark of the last
+    // manifest write, and every default-TTL change (each was made at the `now` of its call).
+    let newest_change = manifest
+        .keyspaces
+        .iter()
+        .flat_map(|k| k.history.iter().map(|c| c.since))
+        .max()
+        .unwrap_or(0);
+    let now_floor_s = clock_state
+        .high_water
+        .max(loader.max_write_ms / 1000)
+        .max(manifest.high_water)
+        .max(newest_change);
     let clock_now = opts.clock.now_unix_millis();
     let now_ms = clock_now.max(now_floor_s.saturating_mul(1000));
     let now = now_ms / 1000;
@@ -262,16 +274,18 @@ fn init(dir: &Path) -> Result<Manifest> {
         sealed: Vec::new(),
         active: Some(1),
         keyspaces: Vec::new(),
+        high_water: 0,
+        retired: Vec::new(),
     };
     ActiveWriter::create(dir, 1, 1, 0)?;
-    manifest.store(dir)?;
+    manifest.store(dir, 0)?;
     Ok(manifest)
 }
 
 /// Deletes segment and hint files the manifest does not list (unpublished merge outputs, a
 /// segment created just before a crash, files of retired segments).
 fn remove_unlisted(dir: &Path, manifest: &Manifest) -> Result<()> {
-    let listed = |id: u32| manifest.sealed.contains(&id) || manifest.active == Some(id);
+    let listed = |id: u32| manifest.lists(id);
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();

@@ -18,7 +18,7 @@ use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
-use crate::log::manifest::KeyspaceMeta;
+use crate::log::manifest::{KeyspaceMeta, SealedSegment};
 use crate::log::segment::Segment;
 use crate::options::{SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use crate::stats::SegStats;
@@ -342,7 +342,10 @@ impl Inner {
         let mut manifest = log.manifest.clone();
         manifest.next_file_id = next_id(new_id)?;
         manifest.next_seq = log.next_seq;
-        manifest.sealed.push(sealed_id);
+        manifest.sealed.push(SealedSegment {
+            id: sealed_id,
+            len: segment.len(),
+        });
         manifest.active = Some(new_id);
         // The new file is not removed on failure: if the rename went through before the error,
         // the manifest on disk already names it. The store is poisoned instead.
@@ -363,7 +366,10 @@ impl Inner {
     /// may not have happened), so it poisons the store: every later write fails, and reopening
     /// reads whichever manifest is on disk, both of which are consistent with the files.
     pub(crate) fn store_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
-        manifest.store(&self.dir).inspect_err(|_| self.poison())
+        let high_water = self.hw_ms.load(Ordering::Acquire) / 1000;
+        manifest
+            .store(&self.dir, high_water)
+            .inspect_err(|_| self.poison())
     }
 
     pub(crate) fn rotate_if_nonempty(&self) -> Result<()> {
