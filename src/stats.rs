@@ -129,6 +129,14 @@ pub(crate) struct DamageCounters {
     pub(crate) unlisted_files: AtomicU64,
 }
 
+impl DamageCounters {
+    /// Counts a damaged segment and `skipped` unreadable bytes in it.
+    pub(crate) fn segment(&self, skipped: u64) {
+        self.damaged_segments.fetch_add(1, Ordering::Relaxed);
+        self.skipped_bytes.fetch_add(skipped, Ordering::Relaxed);
+    }
+}
+
 /// What a compaction did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CompactionReport {

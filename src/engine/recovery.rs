@@ -23,12 +23,12 @@ use crate::format::{hint, SegmentHeader};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
 use crate::log::lock::DirLock;
-use crate::log::manifest::Manifest;
-use crate::log::scan::{scan, ScanEnd};
+use crate::log::manifest::{Manifest, SealedSegment};
+use crate::log::scan::{scan, scan_all};
 use crate::log::segment::Segment;
 use crate::log::{hint_path, parse_file_name, segment_path};
 use crate::options::{Options, RecoveryMode};
-use crate::stats::SegStats;
+use crate::stats::{DamageCounters, SegStats};
 use crate::ttl;
 
 /// Largest sequence number a healthy database can reach (see the range check in `open`).
@@ -92,13 +92,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
 
     let mut loader = Loader::default();
     let mut sealed = BTreeMap::new();
-    for id in manifest.sealed_ids() {
-        match load_sealed(dir, id, &opts, &mut loader) {
-            Ok(Some(seg)) => {
-                sealed.insert(id, Arc::new(seg));
-            }
-            Ok(None) => {}
-            Err(e) => return Err(e),
+    let damage = DamageCounters::default();
+    for entry in &manifest.sealed {
+        if let Some(seg) = load_sealed(dir, *entry, &opts, &mut loader, &damage)? {
+            sealed.insert(entry.id, Arc::new(seg));
         }
     }
     let active_id = manifest.active.ok_or_else(|| {
@@ -242,7 +239,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         worker: Mutex::new(None),
         worker_error: Mutex::new(None),
         merge_crash_at: Mutex::new(None),
-        damage: crate::stats::DamageCounters::default(),
+        damage,
         opts,
     })
 }
@@ -303,27 +300,65 @@ fn remove_unlisted(dir: &Path, manifest: &Manifest) -> Result<()> {
     Ok(())
 }
 
+/// Loads sealed segment `entry`: checks its header and its length against the manifest, then
+/// takes its records from the hint or by a full scan. Damage of any kind is
+/// `Error::Corruption` (Strict) or, under Salvage, skipped, counted and the segment marked
+/// damaged (its readable records are kept).
 fn load_sealed(
     dir: &Path,
-    id: u32,
+    entry: SealedSegment,
     opts: &Options,
     loader: &mut Loader,
+    damage: &DamageCounters,
 ) -> Result<Option<Segment>> {
+    let id = entry.id;
+    let path = segment_path(dir, id);
+    let salvage = opts.recovery == RecoveryMode::Salvage;
     let seg = match Segment::open(dir, id) {
         Ok(s) => s,
-        Err(e) if opts.recovery == RecoveryMode::Salvage => {
+        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            if salvage {
+                damage.segment(entry.len);
+                return Ok(None);
+            }
+            return Err(Error::corruption(
+                &path,
+                0,
+                "segment listed in MANIFEST is missing",
+            ));
+        }
+        Err(e @ Error::Corruption { .. }) if salvage => {
             let _ = e;
-            return Ok(None);
+            Segment::open_damaged(dir, id)?
         }
         Err(e) => return Err(e),
     };
-    if opts.use_hints {
+    // The manifest recorded the exact length: a shorter file (even one cut at a record
+    // boundary) lost records, a longer one was written by someone else.
+    let mut skipped = 0u64;
+    if seg.len() != entry.len {
+        if !salvage {
+            return Err(Error::corruption(
+                &path,
+                seg.len().min(entry.len),
+                format!(
+                    "sealed segment is {} bytes, MANIFEST recorded {}",
+                    seg.len(),
+                    entry.len
+                ),
+            ));
+        }
+        seg.mark_damaged();
+        skipped += entry.len.saturating_sub(seg.len());
+    }
+    let end = usize::try_from(seg.len().min(entry.len)).unwrap_or(usize::MAX);
+    if opts.use_hints && !seg.is_damaged() {
         if let Ok(bytes) = std::fs::read(hint_path(dir, id)) {
-            // A hint is used only if it is whole and every entry lies inside its segment.
-            let data_end = seg.len();
+            // A whole hint whose entries all lie inside the (verified) segment is used. One
+            // that checks out but lists records past the end contradicts the manifest.
             let mut fits = true;
             let valid = hint::visit(&bytes, id, |_, _, offset, len| {
-                fits &= u64::from(offset) + u64::from(len) <= data_end;
+                fits &= u64::from(offset) + u64::from(len) <= entry.len;
             });
             if valid.is_ok() && fits {
                 let _ = hint::visit(&bytes, id, |meta, key, offset, len| {
@@ -332,22 +367,33 @@ fn load_sealed(
                 loader.stats.entry(id).or_default().total = seg.data_len();
                 return Ok(Some(seg));
             }
+            if valid.is_ok() && !salvage {
+                return Err(Error::corruption(
+                    hint_path(dir, id),
+                    0,
+                    "hint lists records past the end of its segment",
+                ));
+            }
         }
     }
-    let end = scan(seg.bytes(), |off, len, rec| {
-        loader.add(id, off, len, &rec.meta, rec.key)
+    let found = scan_all(seg.bytes(), end, |off, len, rec| {
+        loader.add(id, off, len, &rec.meta, rec.key);
     });
-    if let ScanEnd::Bad { offset, err } = end {
-        if opts.recovery == RecoveryMode::Strict {
+    if let Some(first) = found.first() {
+        if !salvage {
             return Err(Error::corruption(
                 seg.path(),
-                offset as u64,
-                err.to_string(),
+                first.offset as u64,
+                first.err.to_string(),
             ));
         }
-        // Salvage: the records before the damage are loaded; the rest is dead bytes.
+        seg.mark_damaged();
+        skipped += found.iter().map(|d| d.len() as u64).sum::<u64>();
     }
-    // Every byte after the header counts: batch headers and salvaged tails are dead bytes.
+    if seg.is_damaged() {
+        damage.segment(skipped);
+    }
+    // Every byte after the header counts: batch headers and damaged ranges are dead bytes.
     loader.stats.entry(id).or_default().total = seg.data_len();
     Ok(Some(seg))
 }
