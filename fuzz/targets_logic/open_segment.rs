@@ -14,7 +14,7 @@
 //! | 2 / 3          | a sealed segment (its hint removed): raw / fixed                  |
 //! | 4 / 5          | a sealed segment's hint file: raw / header + entries + footer     |
 //! | 6 / 7          | `MANIFEST`: raw / valid header + the bytes as the JSON body       |
-//! | 8 / 9          | `CLOCK`: raw / magic + 16 bytes + valid CRC                       |
+//! | 8 / 9          | `CLOCK`: raw / magic + version + 28 bytes + valid CRC             |
 //!
 //! The directory is then opened with `RecoveryMode::Strict` and, in a second copy, with
 //! `RecoveryMode::Salvage`. Checks: opening returns (an error or a store) and never panics; an
@@ -240,8 +240,10 @@ fn wrap_manifest(body: &[u8]) -> Vec<u8> {
 
 fn wrap_clock(body: &[u8]) -> Vec<u8> {
     let mut out = b"EBBDBCLK".to_vec();
-    let mut fields = [0u8; 16];
-    let n = body.len().min(16);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    // Segment id, high water, reaped up to, durable length.
+    let mut fields = [0u8; 28];
+    let n = body.len().min(28);
     fields[..n].copy_from_slice(&body[..n]);
     out.extend_from_slice(&fields);
     let c = crc(&out);
@@ -456,14 +458,19 @@ pub fn seeds() -> Vec<Vec<u8>> {
     }
     let clock = file("CLOCK");
     out.push(with(8, &clock));
-    out.push(with(9, &clock[8.min(clock.len())..24.min(clock.len())]));
-    let clock_fields = |hw: u64, reaped: u64| {
-        let mut b = hw.to_le_bytes().to_vec();
+    out.push(with(9, &clock[12.min(clock.len())..40.min(clock.len())]));
+    let clock_fields = |segment: u32, hw: u64, reaped: u64, durable: u64| {
+        let mut b = segment.to_le_bytes().to_vec();
+        b.extend_from_slice(&hw.to_le_bytes());
         b.extend_from_slice(&reaped.to_le_bytes());
+        b.extend_from_slice(&durable.to_le_bytes());
         b
     };
-    out.push(with(9, &clock_fields(u64::MAX, u64::MAX)));
-    out.push(with(9, &clock_fields(u64::MAX / 1000, 0)));
-    out.push(with(9, &clock_fields(0, T0 + 1_000_000)));
+    out.push(with(9, &clock_fields(0, u64::MAX, u64::MAX, 0)));
+    out.push(with(9, &clock_fields(0, u64::MAX / 1000, 0, 0)));
+    out.push(with(9, &clock_fields(0, 0, T0 + 1_000_000, 0)));
+    // Durable points the active segment cannot meet: a little past its records, and absurd.
+    out.push(with(9, &clock_fields(t.active, T0, 0, 4096)));
+    out.push(with(9, &clock_fields(t.active, T0, 0, u64::MAX)));
     out
 }

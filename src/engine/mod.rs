@@ -333,6 +333,7 @@ impl Inner {
     /// Records the high-water second (and optionally reaped-up-to) in `CLOCK`, without fsync.
     /// The mutex is held only for one 28-byte `pwrite`, never across an fsync.
     fn persist_clock(&self, secs: u64, reaped_upto: Option<u64>) {
+        let durable = self.durable_point();
         let mut guard = self.clockfile.lock();
         let (file, state) = &mut *guard;
         if secs <= state.high_water && reaped_upto.is_none() {
@@ -342,6 +343,7 @@ impl Inner {
         if let Some(r) = reaped_upto {
             state.reaped_upto = state.reaped_upto.max(r);
         }
+        state.note_durable(durable);
         if file.write(*state).is_ok() {
             self.persisted_s
                 .fetch_max(state.high_water, Ordering::AcqRel);
@@ -349,12 +351,14 @@ impl Inner {
     }
 
     pub(crate) fn record_reaped_upto(&self, upto: u64) {
+        let durable = self.durable_point();
         let mut guard = self.clockfile.lock();
         let (file, state) = &mut *guard;
         state.reaped_upto = state.reaped_upto.max(upto);
         state.high_water = state
             .high_water
             .max(self.hw_ms.load(Ordering::Acquire) / 1000);
+        state.note_durable(durable);
         let _ = file.write(*state);
     }
 
@@ -442,6 +446,7 @@ impl Inner {
         self.check_writable()?;
         let pos = self.log.lock().appended;
         self.sync_to(pos)?;
+        self.record_durable_point();
         self.clock_sync.sync_data()?;
         Ok(())
     }
@@ -459,6 +464,7 @@ impl Inner {
             let pos = self.log.lock().appended;
             let _ = self.sync_to(pos);
         }
+        self.record_durable_point();
         let _ = self.clock_sync.sync_data();
     }
 
@@ -482,6 +488,7 @@ impl Inner {
         {
             let pos = self.log.lock().appended;
             self.sync_to(pos)?;
+            self.record_durable_point();
             self.clock_sync.sync_data()?;
         }
         Ok(())

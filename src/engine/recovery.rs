@@ -13,18 +13,18 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::clockfile::ClockFile;
+use super::clockfile::{ClockFile, DurablePoint};
 use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
 use crate::error::{Error, Result};
 use crate::expiry::wheel::TimerWheel;
 use crate::expiry::Timer;
 use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
-use crate::format::{hint, SegmentHeader};
+use crate::format::{hint, SegmentHeader, SEGMENT_HEADER_LEN};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
 use crate::log::lock::DirLock;
 use crate::log::manifest::{Manifest, SealedSegment};
-use crate::log::scan::{scan, scan_all};
+use crate::log::scan::scan_all;
 use crate::log::segment::Segment;
 use crate::log::{hint_path, parse_file_name, segment_path};
 use crate::options::{Options, RecoveryMode};
@@ -101,7 +101,16 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let active_id = manifest.active.ok_or_else(|| {
         Error::corruption(dir.join("MANIFEST"), 0, "manifest names no active segment")
     })?;
-    let active = load_active(dir, active_id, opts.segment_size, &mut loader)?;
+    let created_seq = manifest.next_seq.max(loader.max_seq.saturating_add(1));
+    let active = load_active(
+        dir,
+        active_id,
+        clock_state.durable,
+        &opts,
+        created_seq,
+        &mut loader,
+        &damage,
+    )?;
 
     // Build the catalogue and the key directories. `now` never goes below a time the engine
     // has durably used: CLOCK, the newest write in the log, the high-water mark of the last
@@ -398,9 +407,46 @@ fn load_sealed(
     Ok(Some(seg))
 }
 
-fn load_active(dir: &Path, id: u32, map_len: u64, loader: &mut Loader) -> Result<ActiveWriter> {
+/// Loads the active segment. Only a tail past the durable point `CLOCK` recorded for it may be
+/// cut as torn: a bad record below that point, or one followed by a record (or whole batch)
+/// that still decodes, is damage, not an unfinished write. Damage is `Error::Corruption`
+/// (Strict) or, under Salvage, skipped and counted with every readable record kept.
+fn load_active(
+    dir: &Path,
+    id: u32,
+    durable: DurablePoint,
+    opts: &Options,
+    created_seq: u64,
+    loader: &mut Loader,
+    damage: &DamageCounters,
+) -> Result<ActiveWriter> {
     let path = segment_path(dir, id);
-    let bytes = std::fs::read(&path)?;
+    let salvage = opts.recovery == RecoveryMode::Salvage;
+    let claimed = if durable.segment == id {
+        durable.len.max(SEGMENT_HEADER_LEN as u64)
+    } else {
+        SEGMENT_HEADER_LEN as u64
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && salvage => {
+            damage.segment(claimed);
+            return Ok(ActiveWriter::create(
+                dir,
+                id,
+                created_seq,
+                opts.segment_size,
+            )?);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::corruption(
+                &path,
+                0,
+                "active segment listed in MANIFEST is missing",
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let header = SegmentHeader::decode(&bytes)
         .map_err(|e| Error::corruption(&path, 0, format!("segment header: {e}")))?;
     if header.id != id {
@@ -410,18 +456,49 @@ fn load_active(dir: &Path, id: u32, map_len: u64, loader: &mut Loader) -> Result
             "segment header names another file id",
         ));
     }
-    // The active segment may end in a torn write: keep the whole records (and whole batches)
-    // and cut the rest.
-    let end = scan(&bytes, |off, len, rec| {
-        loader.add(id, off, len, &rec.meta, rec.key)
+    let found = scan_all(&bytes, bytes.len(), |off, len, rec| {
+        loader.add(id, off, len, &rec.meta, rec.key);
     });
-    let valid = end.valid_len() as u64;
+    // A damaged range that runs to the end of the file is the tail: nothing after it decodes.
+    let (tail, interior) = match found.split_last() {
+        Some((last, rest)) if last.end == bytes.len() => (Some(*last), rest),
+        _ => (None, found.as_slice()),
+    };
+    let valid = tail.map_or(bytes.len(), |t| t.offset) as u64;
+    let lost_durable = claimed.saturating_sub(valid);
+    let problem = interior
+        .first()
+        .map(|d| {
+            (
+                d.offset as u64,
+                format!("{} (and records after it decode: not a torn tail)", d.err),
+            )
+        })
+        .or_else(|| {
+            (lost_durable > 0).then(|| {
+                let why = tail.map_or("ends".to_string(), |t| t.err.to_string());
+                (
+                    valid,
+                    format!("{why} below the durable point ({claimed} bytes were fsynced)"),
+                )
+            })
+        });
+    if let Some((offset, reason)) = problem {
+        if !salvage {
+            return Err(Error::corruption(&path, offset, reason));
+        }
+        let skipped: u64 = interior.iter().map(|d| d.len() as u64).sum();
+        damage.segment(skipped.saturating_add(lost_durable));
+    }
     let zero_tail = bytes
-        .get(end.valid_len()..)
+        .get(valid as usize..)
         .is_some_and(|t| t.iter().all(|&b| b == 0));
-    loader.stats.entry(id).or_default().total =
-        valid.saturating_sub(crate::format::SEGMENT_HEADER_LEN as u64);
+    loader.stats.entry(id).or_default().total = valid.saturating_sub(SEGMENT_HEADER_LEN as u64);
     Ok(ActiveWriter::reopen(
-        dir, header, valid, zero_tail, map_len,
+        dir,
+        header,
+        valid,
+        zero_tail,
+        opts.segment_size,
     )?)
 }

@@ -9,7 +9,9 @@
 //! known length to its end, treats zeros as damage and resynchronises after each damaged range
 //! ([`resync`]), so recovery can tell "damage followed by good records" from a torn tail.
 
-use crate::format::record::{self, offsets, Kind, Record, KNOWN_FLAGS, RECORD_HEADER_LEN};
+use crate::format::record::{
+    self, offsets, Kind, Record, FLAG_IN_BATCH, KNOWN_FLAGS, RECORD_HEADER_LEN,
+};
 use crate::format::{DecodeError, SEGMENT_HEADER_LEN};
 
 /// How a scan ended.
@@ -125,7 +127,10 @@ pub fn scan_all<'a>(
 
 /// The first offset at or after `from` where a record (or a whole batch) decodes, or
 /// `bytes.len()` if there is none. Cheap field checks come before the CRC, so sliding over
-/// garbage or zeros costs a few comparisons per byte.
+/// garbage or zeros costs a few comparisons per byte. A batch member is never a place to
+/// resume: a batch whose header is lost is skipped whole (all or nothing, even in salvage),
+/// and the members of a torn batch at the end of the active segment do not make its tail
+/// look like damage followed by good records.
 #[must_use]
 pub fn resync(bytes: &[u8], from: usize) -> usize {
     let mut members = Vec::new();
@@ -139,14 +144,15 @@ pub fn resync(bytes: &[u8], from: usize) -> usize {
     bytes.len()
 }
 
-/// Header fields a record written by this engine always has: known kind and flags, zero
-/// reserved bytes.
+/// Header fields a record written by this engine always has (known kind and flags, zero
+/// reserved bytes), and not a batch member.
 fn plausible(bytes: &[u8], pos: usize) -> bool {
     let Some(h) = bytes.get(pos..pos + RECORD_HEADER_LEN) else {
         return false;
     };
     matches!(h[offsets::KIND], 1..=3)
         && h[offsets::FLAGS] & !KNOWN_FLAGS == 0
+        && h[offsets::FLAGS] & FLAG_IN_BATCH == 0
         && h[offsets::FLAGS + 1] == 0
         && h[offsets::FLAGS + 2] == 0
 }
@@ -258,14 +264,15 @@ mod tests {
             }]
         );
         assert_eq!(seen, vec![3, 4]);
-        // A flipped byte in the batch header: the members still decode on their own.
+        // A flipped byte in the batch header: the batch is skipped whole (its members are
+        // never applied without it).
         let (mut b, batch_at) = file_with_batch();
         b[batch_at + 20] ^= 1;
         let mut seen = Vec::new();
         let d = scan_all(&b, len, |_, _, r| seen.push(r.meta.seq));
         assert_eq!(d.len(), 1);
-        assert_eq!(d[0].offset, batch_at);
-        assert_eq!(seen, vec![1, 3, 4]);
+        assert_eq!((d[0].offset, d[0].end), (batch_at, len));
+        assert_eq!(seen, vec![1]);
         // A whole file has no damage; a file cut short has its tail reported.
         let (b, _) = file_with_batch();
         assert!(scan_all(&b, len, |_, _, _| {}).is_empty());
