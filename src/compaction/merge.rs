@@ -37,9 +37,10 @@ use crate::format::record::{self, Kind, Meta, FLAG_MARKER, FLAG_SHADOWS};
 use crate::format::SegmentHeader;
 use crate::keydir::KeyspaceCore;
 use crate::log::manifest::{Manifest, SealedSegment};
-use crate::log::scan::{scan, ScanEnd};
+use crate::log::scan::{scan, scan_all, ScanEnd};
 use crate::log::segment::Segment;
 use crate::log::segment_path;
+use crate::options::RecoveryMode;
 use crate::stats::{CompactionReport, SegStats};
 use crate::ttl::ItemTtl;
 
@@ -171,56 +172,20 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let _one_at_a_time = inner.merge_lock.lock();
     inner.check_writable()?;
     let now = inner.now_s();
-    let (sel, snapshot_seq, outside_min) = {
-        let mut log = inner.log.lock();
-        // An active segment that is mostly dead (and not tiny) is sealed so the policy can
-        // reclaim it too; otherwise expired data in a slow-growing log would wait for rotation.
-        let active = log
-            .segstats
-            .get(&log.active.id())
-            .copied()
-            .unwrap_or_default();
-        if active.total >= inner.opts.segment_size / 16
-            && active.dead > 0
-            && active.dead_share() >= inner.opts.compaction_dead_ratio
-        {
-            inner.rotate(&mut log)?;
-        }
-        let sel = policy::select(
-            &log.manifest.sealed_ids(),
-            &log.segstats,
-            now,
-            inner.opts.compaction_dead_ratio,
-            inner.opts.max_reclaim_lag.as_secs(),
-            full,
-        );
-        if sel.is_empty() {
+    // 1. Choose, then check the inputs; under Salvage a damaged input is set aside for good
+    // and the choice made again without it (the no-resurrection bound depends on the set).
+    let Chosen {
+        snapshot_seq,
+        outside_min,
+        inputs,
+        dropped,
+    } = loop {
+        let Some(chosen) = choose(inner, full, now)? else {
             return Ok(CompactionReport::default());
+        };
+        if check_inputs(inner, &chosen.inputs)? {
+            break chosen;
         }
-        let retired: HashSet<u32> = sel.drop.iter().chain(&sel.merge).copied().collect();
-        let set = inner.segments.read();
-        let outside_min = set
-            .sealed
-            .values()
-            .filter(|s| !retired.contains(&s.id))
-            .map(|s| s.header.created_seq)
-            .chain(std::iter::once(log.active.header.created_seq))
-            .min()
-            .unwrap_or(u64::MAX);
-        (sel, log.next_seq, outside_min)
-    };
-    let (inputs, dropped): (Vec<Arc<Segment>>, Vec<Arc<Segment>>) = {
-        let set = inner.segments.read();
-        (
-            sel.merge
-                .iter()
-                .filter_map(|id| set.sealed.get(id).cloned())
-                .collect(),
-            sel.drop
-                .iter()
-                .filter_map(|id| set.sealed.get(id).cloned())
-                .collect(),
-        )
     };
     let mut report = CompactionReport {
         segments_merged: inputs.len(),
@@ -388,4 +353,100 @@ enum Decision {
     Copy,
     Drop,
     Marker,
+}
+
+/// What a merge works on.
+struct Chosen {
+    snapshot_seq: u64,
+    outside_min: u64,
+    inputs: Vec<Arc<Segment>>,
+    dropped: Vec<Arc<Segment>>,
+}
+
+/// Step 1: under the log mutex, picks the segments (never a damaged one: its unreadable bytes
+/// cannot be proven dead) and takes `snapshot_seq` and `outside_min`.
+fn choose(inner: &Inner, full: bool, now: u64) -> Result<Option<Chosen>> {
+    let mut log = inner.log.lock();
+    // An active segment that is mostly dead (and not tiny) is sealed so the policy can
+    // reclaim it too; otherwise expired data in a slow-growing log would wait for rotation.
+    let active = log
+        .segstats
+        .get(&log.active.id())
+        .copied()
+        .unwrap_or_default();
+    if active.total >= inner.opts.segment_size / 16
+        && active.dead > 0
+        && active.dead_share() >= inner.opts.compaction_dead_ratio
+    {
+        inner.rotate(&mut log)?;
+    }
+    let set = inner.segments.read();
+    // Only segments that are open and undamaged are candidates: a listed segment that Salvage
+    // could not open, or one found damaged, stays as it is.
+    let candidates: Vec<u32> = log
+        .manifest
+        .sealed_ids()
+        .into_iter()
+        .filter(|id| set.sealed.get(id).is_some_and(|s| !s.is_damaged()))
+        .collect();
+    let sel = policy::select(
+        &candidates,
+        &log.segstats,
+        now,
+        inner.opts.compaction_dead_ratio,
+        inner.opts.max_reclaim_lag.as_secs(),
+        full,
+    );
+    if sel.is_empty() {
+        return Ok(None);
+    }
+    let retired: HashSet<u32> = sel.drop.iter().chain(&sel.merge).copied().collect();
+    let outside_min = set
+        .sealed
+        .values()
+        .filter(|s| !retired.contains(&s.id))
+        .map(|s| s.header.created_seq)
+        .chain(std::iter::once(log.active.header.created_seq))
+        .min()
+        .unwrap_or(u64::MAX);
+    let pick = |ids: &[u32]| -> Vec<Arc<Segment>> {
+        ids.iter()
+            .filter_map(|id| set.sealed.get(id).cloned())
+            .collect()
+    };
+    Ok(Some(Chosen {
+        snapshot_seq: log.next_seq,
+        outside_min,
+        inputs: pick(&sel.merge),
+        dropped: pick(&sel.drop),
+    }))
+}
+
+/// Reads every input whole before anything is written: a merge must never drop the records
+/// behind damage (zeroed bytes end a plain scan as if the segment ended there). Returns true
+/// when all are whole. Damage is `Error::Corruption` (Strict: nothing written, inputs stay
+/// published) or, under Salvage, marks the segment damaged and counts it (returns false: the
+/// caller chooses again without it).
+fn check_inputs(inner: &Inner, inputs: &[Arc<Segment>]) -> Result<bool> {
+    let mut whole = true;
+    for seg in inputs {
+        let end = usize::try_from(seg.len()).unwrap_or(usize::MAX);
+        let damage = scan_all(seg.bytes(), end, |_, _, _| {});
+        let Some(first) = damage.first() else {
+            continue;
+        };
+        if inner.opts.recovery == RecoveryMode::Strict {
+            return Err(Error::corruption(
+                seg.path(),
+                first.offset as u64,
+                format!("{} (merge refused: the input stays as it is)", first.err),
+            ));
+        }
+        seg.mark_damaged();
+        inner
+            .damage
+            .segment(damage.iter().map(|d| d.len() as u64).sum());
+        whole = false;
+    }
+    Ok(whole)
 }
