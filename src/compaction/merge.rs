@@ -39,7 +39,7 @@ use crate::keydir::KeyspaceCore;
 use crate::log::manifest::{Manifest, SealedSegment};
 use crate::log::scan::{scan, scan_all, ScanEnd};
 use crate::log::segment::Segment;
-use crate::log::segment_path;
+use crate::log::{hint_path, segment_path, segment_tmp_path, sync_dir};
 use crate::options::RecoveryMode;
 use crate::stats::{CompactionReport, SegStats};
 use crate::ttl::ItemTtl;
@@ -70,6 +70,25 @@ struct Outputs<'a> {
     snapshot_seq: u64,
     done: Vec<Output>,
     current: Option<Output>,
+    /// Every output file created, for cleanup if the merge fails before `finish`.
+    created: Vec<u32>,
+    finished: bool,
+}
+
+impl Drop for Outputs<'_> {
+    /// A merge that fails before its outputs are finished removes them (they are unpublished
+    /// `.seg.tmp` files, which the next open would remove anyway).
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.current = None;
+        self.done.clear();
+        for &id in &self.created {
+            let _ = std::fs::remove_file(segment_tmp_path(&self.inner.dir, id));
+            let _ = std::fs::remove_file(hint_path(&self.inner.dir, id));
+        }
+    }
 }
 
 impl Outputs<'_> {
@@ -94,9 +113,12 @@ impl Outputs<'_> {
                 id,
                 created_seq: self.snapshot_seq,
             };
-            let path = segment_path(&self.inner.dir, id);
+            // Written under a temporary name: a `.seg` file appears only once the manifest
+            // names it, so opening can tell an unpublished output from anything else.
+            let path = segment_tmp_path(&self.inner.dir, id);
             faults::check(&path, FaultKind::Create)?;
             let file = File::options().create_new(true).write(true).open(&path)?;
+            self.created.push(id);
             let mut writer = BufWriter::with_capacity(1 << 20, file);
             writer.write_all(&header.encode())?;
             self.current = Some(Output {
@@ -131,16 +153,17 @@ impl Outputs<'_> {
             self.done.push(o);
         }
         let mut out = Vec::new();
-        for o in self.done {
+        for o in std::mem::take(&mut self.done) {
             let file = o
                 .writer
                 .into_inner()
                 .map_err(|e| Error::Io(e.into_error()))?;
-            faults::check(&segment_path(&self.inner.dir, o.id), FaultKind::Sync)?;
+            faults::check(&segment_tmp_path(&self.inner.dir, o.id), FaultKind::Sync)?;
             file.sync_all()?;
             super::write_hint_file(self.inner, o.id, o.hint)?;
             out.push((o.id, o.stats, o.len));
         }
+        self.finished = true;
         Ok(out)
     }
 }
@@ -200,6 +223,8 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         snapshot_seq,
         done: Vec::new(),
         current: None,
+        created: Vec::new(),
+        finished: false,
     };
     let mut moves = Vec::new();
     let mut keyspaces: HashMap<u32, Option<Arc<KeyspaceCore>>> = HashMap::new();
@@ -292,9 +317,20 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             .map(|&(id, _, len)| SealedSegment { id, len }),
     );
     manifest.next_seq = log.next_seq;
+    // Retired files are unlinked when their last reader lets go; until then the manifest
+    // lists them so that opening may delete them (and nothing else unlisted).
+    manifest
+        .retired
+        .retain(|id| segment_path(&inner.dir, *id).exists());
+    manifest.retired.extend(retired.iter().copied());
+    manifest.retired.sort_unstable();
+    manifest.retired.dedup();
     inner.store_manifest(&manifest)?;
     log.manifest = manifest;
     crash_here(inner, CrashPoint::AfterPublish)?;
+    // The manifest names the outputs: give them their real names (a crash before this is
+    // rolled forward at open). A failure here leaves the disk ahead of memory: poison.
+    publish_names(inner, &written).inspect_err(|_| inner.poison())?;
 
     // 4. Outputs in, key directory moved.
     let mut opened = Vec::with_capacity(written.len());
@@ -347,6 +383,17 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         .merges
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(report)
+}
+
+/// Renames published outputs from `.seg.tmp` to `.seg` and fsyncs the directory.
+fn publish_names(inner: &Inner, written: &[(u32, SegStats, u64)]) -> Result<()> {
+    for (id, _, _) in written {
+        let tmp = segment_tmp_path(&inner.dir, *id);
+        faults::check(&tmp, FaultKind::Rename)?;
+        std::fs::rename(&tmp, segment_path(&inner.dir, *id))?;
+    }
+    sync_dir(&inner.dir)?;
+    Ok(())
 }
 
 enum Decision {

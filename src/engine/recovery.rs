@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -87,12 +87,13 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         Some(m) => m,
         None => init(dir)?,
     };
-    remove_unlisted(dir, &manifest)?;
+    let damage = DamageCounters::default();
+    let mut manifest = manifest;
+    clean_directory(dir, &mut manifest, &opts, &damage)?;
     let (clockfile, clock_state) = ClockFile::open(dir)?;
 
     let mut loader = Loader::default();
     let mut sealed = BTreeMap::new();
-    let damage = DamageCounters::default();
     for entry in &manifest.sealed {
         if let Some(seg) = load_sealed(dir, *entry, &opts, &mut loader, &damage)? {
             sealed.insert(entry.id, Arc::new(seg));
@@ -288,23 +289,103 @@ fn init(dir: &Path) -> Result<Manifest> {
     Ok(manifest)
 }
 
-/// Deletes segment and hint files the manifest does not list (unpublished merge outputs, a
-/// segment created just before a crash, files of retired segments).
-fn remove_unlisted(dir: &Path, manifest: &Manifest) -> Result<()> {
-    let listed = |id: u32| manifest.lists(id);
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+/// What opening does with one file the manifest does not list.
+enum Verdict {
+    /// Provably this engine's unpublished or retired leftover, or holds no data: delete.
+    Delete,
+    /// A published merge output still under its temporary name: rename it (roll forward).
+    Publish,
+    /// Nothing proves it is ours to delete: refuse to open (Strict) or leave it (Salvage).
+    Foreign,
+    /// Leave it: a hint whose segment is foreign, or a file that is not ours to judge.
+    Keep,
+}
+
+/// Puts the directory in the state the manifest describes, deleting only what can be proven to
+/// be this engine's own leftover:
+/// - temporaries (`MANIFEST.tmp`, `*.hint.tmp`) and unlisted `*.seg.tmp` (merge outputs whose
+///   publish did not happen: a merge output is named `.seg` only after the manifest lists it);
+/// - files of segments the manifest lists as `retired` (merge inputs whose unlink did not
+///   happen);
+/// - an unlisted `.seg` of at most a header's length (a rotation's new file created just
+///   before a crash; it holds no record, so deleting it can lose nothing);
+/// - a hint whose segment file does not exist.
+///
+/// A listed segment found only as `.seg.tmp` is renamed (its publish happened, the rename did
+/// not). Any other unlisted segment file — an older `MANIFEST` put back, a file copied in from
+/// elsewhere — is `Error::Corruption` naming it, before anything is deleted (Strict), or left
+/// alone and counted in `Stats::unlisted_files` (Salvage; new file ids then skip its id).
+fn clean_directory(
+    dir: &Path,
+    manifest: &mut Manifest,
+    opts: &Options,
+    damage: &DamageCounters,
+) -> Result<()> {
+    let mut plan = Vec::new();
+    let mut max_id = 0u32;
+    let names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    for name in &names {
+        let path = dir.join(name);
         if name == "MANIFEST.tmp" || name.ends_with(".hint.tmp") {
-            std::fs::remove_file(entry.path())?;
+            plan.push((path, Verdict::Delete));
             continue;
         }
-        if let Some((id, _)) = parse_file_name(name) {
-            if !listed(id) {
-                std::fs::remove_file(entry.path())?;
+        let Some((id, kind)) = parse_file_name(name) else {
+            continue;
+        };
+        max_id = max_id.max(id);
+        let listed = manifest.lists(id);
+        let retired = manifest.retired.contains(&id);
+        let verdict = match kind {
+            "seg.tmp" if listed && !segment_path(dir, id).exists() => Verdict::Publish,
+            "seg.tmp" => Verdict::Delete,
+            _ if listed => Verdict::Keep,
+            _ if retired => Verdict::Delete,
+            "seg" if std::fs::metadata(&path)?.len() <= SEGMENT_HEADER_LEN as u64 => {
+                Verdict::Delete
             }
+            "seg" => Verdict::Foreign,
+            // A hint: derived data, deleted only when its segment file is gone.
+            _ if segment_path(dir, id).exists() => Verdict::Keep,
+            _ => Verdict::Delete,
+        };
+        plan.push((path, verdict));
+    }
+    let salvage = opts.recovery == RecoveryMode::Salvage;
+    if !salvage {
+        if let Some((path, _)) = plan.iter().find(|(_, v)| matches!(v, Verdict::Foreign)) {
+            return Err(Error::corruption(
+                path,
+                0,
+                "segment file not listed in MANIFEST, and not a leftover this engine can prove \
+                 it wrote (an older MANIFEST put back, or a file from elsewhere?); nothing was \
+                 deleted",
+            ));
         }
+    }
+    let mut renamed = false;
+    for (path, verdict) in plan {
+        match verdict {
+            Verdict::Delete => std::fs::remove_file(&path)?,
+            Verdict::Publish => {
+                std::fs::rename(&path, path.with_extension(""))?;
+                renamed = true;
+            }
+            Verdict::Foreign => {
+                damage.unlisted_files.fetch_add(1, Ordering::Relaxed);
+            }
+            Verdict::Keep => {}
+        }
+    }
+    if renamed {
+        crate::log::sync_dir(dir)?;
+    }
+    // Never hand out an id a file in the directory already has.
+    if max_id >= manifest.next_file_id && max_id < MAX_FILE_ID {
+        manifest.next_file_id = crate::engine::next_id(max_id)?;
     }
     Ok(())
 }
