@@ -29,14 +29,20 @@ pub enum SyncPolicy {
     Never,
 }
 
-/// What opening does about a bad record inside a sealed segment.
+/// What the engine does about damage: a bad record in a sealed segment or below the active
+/// segment's durable point, a segment that is missing or not its recorded length, a segment
+/// file the manifest does not account for, or damage a merge meets. (A torn tail of the active
+/// segment past its durable point is not damage: it is cut in both modes.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
-    /// Report [`Error::Corruption`](crate::Error::Corruption) naming the file and offset. The default.
+    /// Report [`Error::Corruption`](crate::Error::Corruption) naming the file and offset, and
+    /// change nothing. The default.
     #[default]
     Strict,
-    /// Skip the rest of the damaged segment, keep everything readable, and open anyway. Data
-    /// after the damage in that segment is lost; the skipped ranges are counted in stats.
+    /// Open anyway: skip each damaged range and keep every record that still decodes after
+    /// it; leave damaged segments and unaccounted-for files in place (never merged or
+    /// deleted). What was skipped is counted in [`Stats`](crate::Stats)
+    /// (`damaged_segments`, `skipped_bytes`, `unlisted_files`).
     Salvage,
 }
 
@@ -128,7 +134,7 @@ impl Options {
         self
     }
 
-    /// What to do about corruption inside a sealed segment (default [`RecoveryMode::Strict`]).
+    /// What to do about damaged files (default [`RecoveryMode::Strict`]).
     #[must_use]
     pub fn recovery(mut self, mode: RecoveryMode) -> Self {
         self.recovery = mode;
