@@ -16,6 +16,9 @@ pub enum Error {
     /// The request was malformed: invalid TTL, bad id, bad JSON shape, oversized key (HTTP 400).
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// An [`Options`](crate::Options) value the engine cannot work with (refused at open).
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
     /// The item, container or keyspace does not exist or has expired (HTTP 404).
     #[error("not found: {0}")]
     NotFound(String),
@@ -90,7 +93,7 @@ impl Error {
     #[must_use]
     pub fn status_code(&self) -> u16 {
         match self {
-            Error::BadRequest(_) => 400,
+            Error::BadRequest(_) | Error::InvalidOptions(_) => 400,
             Error::NotFound(_) => 404,
             Error::Conflict(_) => 409,
             Error::PreconditionFailed(_) => 412,

@@ -79,6 +79,8 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use expiry::ExpiryEvent;
-pub use options::{Options, RecoveryMode, SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+pub use options::{
+    Options, RecoveryMode, SyncPolicy, MAX_KEY_SIZE, MAX_SEGMENT_SIZE, MAX_VALUE_SIZE,
+};
 pub use stats::{CompactionReport, SegmentStats, Stats};
 pub use ttl::{DefaultTtl, Ttl};

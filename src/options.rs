@@ -12,6 +12,10 @@ pub const MAX_KEY_SIZE: usize = 64 * 1024;
 /// must fit in one segment).
 pub const MAX_VALUE_SIZE: usize = 64 * 1024 * 1024;
 
+/// Largest `segment_size`: record offsets and lengths are 32-bit (key directory, hint files),
+/// so no byte of a segment may lie at or beyond 4 GiB.
+pub const MAX_SEGMENT_SIZE: u64 = u32::MAX as u64;
+
 /// When a write's bytes reach stable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncPolicy {
@@ -25,14 +29,20 @@ pub enum SyncPolicy {
     Never,
 }
 
-/// What opening does about a bad record inside a sealed segment.
+/// What the engine does about damage: a bad record in a sealed segment or below the active
+/// segment's durable point, a segment that is missing or not its recorded length, a segment
+/// file the manifest does not account for, or damage a merge meets. (A torn tail of the active
+/// segment past its durable point is not damage: it is cut in both modes.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
-    /// Report [`Error::Corruption`](crate::Error::Corruption) naming the file and offset. The default.
+    /// Report [`Error::Corruption`](crate::Error::Corruption) naming the file and offset, and
+    /// change nothing. The default.
     #[default]
     Strict,
-    /// Skip the rest of the damaged segment, keep everything readable, and open anyway. Data
-    /// after the damage in that segment is lost; the skipped ranges are counted in stats.
+    /// Open anyway: skip each damaged range and keep every record that still decodes after
+    /// it; leave damaged segments and unaccounted-for files in place (never merged or
+    /// deleted). What was skipped is counted in [`Stats`](crate::Stats)
+    /// (`damaged_segments`, `skipped_bytes`, `unlisted_files`).
     Salvage,
 }
 
@@ -103,7 +113,8 @@ impl Options {
         self
     }
 
-    /// Rotates the active segment once it reaches `bytes` (default 64 MiB, at least 4 KiB).
+    /// Rotates the active segment once it reaches `bytes` (default 64 MiB, at least 4 KiB, at
+    /// most [`MAX_SEGMENT_SIZE`]: a larger value is refused when the store is opened).
     #[must_use]
     pub fn segment_size(mut self, bytes: u64) -> Self {
         self.segment_size = bytes.max(4096);
@@ -123,7 +134,7 @@ impl Options {
         self
     }
 
-    /// What to do about corruption inside a sealed segment (default [`RecoveryMode::Strict`]).
+    /// What to do about damaged files (default [`RecoveryMode::Strict`]).
     #[must_use]
     pub fn recovery(mut self, mode: RecoveryMode) -> Self {
         self.recovery = mode;
@@ -150,6 +161,22 @@ impl Options {
     pub fn tick_interval(mut self, every: Duration) -> Self {
         self.tick_interval = every.max(Duration::from_millis(1));
         self
+    }
+
+    /// Checks the combination of settings; opening calls this first.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) naming the setting, for a
+    /// `segment_size` above [`MAX_SEGMENT_SIZE`] (offsets inside a segment are 32-bit).
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.segment_size > MAX_SEGMENT_SIZE {
+            return Err(crate::Error::InvalidOptions(format!(
+                "segment_size {} is above the limit of {MAX_SEGMENT_SIZE} bytes (offsets inside \
+                 a segment are 32-bit)",
+                self.segment_size
+            )));
+        }
+        Ok(())
     }
 
     /// Whether opening reads hint files (default true). Off forces a full scan of every

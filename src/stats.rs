@@ -1,6 +1,6 @@
 //! Statistics: what is live, what is expired but not yet purged, and what is on disk.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::Inner;
 use crate::ttl;
@@ -115,6 +115,32 @@ pub struct Stats {
     pub worker_error: Option<String>,
     /// Background jobs that failed since open.
     pub worker_failures: u64,
+    /// Segments found damaged since open (by opening or by a merge). Under
+    /// [`RecoveryMode::Salvage`](crate::RecoveryMode::Salvage) their readable records are kept
+    /// and the segment is never merged or deleted; under `Strict` the damage is an error.
+    pub damaged_segments: u64,
+    /// Bytes that `Salvage` skipped as unreadable (damaged ranges, missing files, cut tails of
+    /// durable data) when opening.
+    pub skipped_bytes: u64,
+    /// Files named like segments or hints that the manifest does not account for and that
+    /// `Salvage` left alone (see DESIGN.md "Crash safety", step 4).
+    pub unlisted_files: u64,
+}
+
+/// Counters of damage met and skipped (shown in [`Stats`]).
+#[derive(Debug, Default)]
+pub(crate) struct DamageCounters {
+    pub(crate) damaged_segments: AtomicU64,
+    pub(crate) skipped_bytes: AtomicU64,
+    pub(crate) unlisted_files: AtomicU64,
+}
+
+impl DamageCounters {
+    /// Counts a damaged segment and `skipped` unreadable bytes in it.
+    pub(crate) fn segment(&self, skipped: u64) {
+        self.damaged_segments.fetch_add(1, Ordering::Relaxed);
+        self.skipped_bytes.fetch_add(skipped, Ordering::Relaxed);
+    }
 }
 
 /// What a compaction did.
@@ -200,5 +226,8 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         st.worker_error.clone_from(&w.last);
         st.worker_failures = w.failures;
     }
+    st.damaged_segments = inner.damage.damaged_segments.load(Ordering::Relaxed);
+    st.skipped_bytes = inner.damage.skipped_bytes.load(Ordering::Relaxed);
+    st.unlisted_files = inner.damage.unlisted_files.load(Ordering::Relaxed);
     st
 }

@@ -14,7 +14,7 @@
 //! | 2 / 3          | a sealed segment (its hint removed): raw / fixed                  |
 //! | 4 / 5          | a sealed segment's hint file: raw / header + entries + footer     |
 //! | 6 / 7          | `MANIFEST`: raw / valid header + the bytes as the JSON body       |
-//! | 8 / 9          | `CLOCK`: raw / magic + 16 bytes + valid CRC                       |
+//! | 8 / 9          | `CLOCK`: raw / magic + version + 28 bytes + valid CRC             |
 //!
 //! The directory is then opened with `RecoveryMode::Strict` and, in a second copy, with
 //! `RecoveryMode::Salvage`. Checks: opening returns (an error or a store) and never panics; an
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::scratch::scratch_dir;
 use ebbdb::clock::ManualClock;
-use ebbdb::format::{SegmentHeader, SEGMENT_HEADER_LEN};
+use ebbdb::format::{SegmentHeader, FORMAT_VERSION, SEGMENT_HEADER_LEN};
 use ebbdb::log::manifest::Manifest;
 use ebbdb::{DefaultTtl, Options, RecoveryMode, Store, SyncPolicy, Ttl, WriteBatch};
 
@@ -40,6 +40,8 @@ struct Template {
     active: u32,
     /// Sealed segment ids, ascending.
     sealed: Vec<u32>,
+    /// The manifest's `sealed` array as it appears in its JSON body.
+    sealed_json: String,
 }
 
 fn options(clock: &ManualClock, mode: RecoveryMode) -> Options {
@@ -110,7 +112,14 @@ fn build_template() -> Template {
         .expect("load the template manifest")
         .expect("the template has a manifest");
     let active = manifest.active.expect("the template has an active segment");
-    let mut sealed = manifest.sealed.clone();
+    let sealed_json = json_sealed(
+        &manifest
+            .sealed
+            .iter()
+            .map(|s| (u64::from(s.id), s.len))
+            .collect::<Vec<_>>(),
+    );
+    let mut sealed = manifest.sealed_ids();
     sealed.sort_unstable();
     assert!(sealed.len() >= 2, "the template has two sealed segments");
     let mut files = Vec::new();
@@ -135,7 +144,17 @@ fn build_template() -> Template {
         files,
         active,
         sealed,
+        sealed_json,
     }
+}
+
+/// A manifest `sealed` array in the JSON the engine writes.
+fn json_sealed(entries: &[(u64, u64)]) -> String {
+    let parts: Vec<String> = entries
+        .iter()
+        .map(|(id, len)| format!(r#"{{"id":{id},"len":{len}}}"#))
+        .collect();
+    format!("[{}]", parts.join(","))
 }
 
 fn template() -> &'static Template {
@@ -183,7 +202,7 @@ fn wrap_segment(id: u32, original: &[u8], body: &[u8]) -> Vec<u8> {
 fn wrap_hint(id: u32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(32 + body.len());
     out.extend_from_slice(b"EBBDBHNT");
-    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&id.to_le_bytes());
     out.extend_from_slice(body);
     let mut count = 0u64;
@@ -212,7 +231,7 @@ fn wrap_hint(id: u32, body: &[u8]) -> Vec<u8> {
 fn wrap_manifest(body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(20 + body.len());
     out.extend_from_slice(b"EBBDBMAN");
-    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc(body).to_le_bytes());
     out.extend_from_slice(body);
@@ -221,8 +240,10 @@ fn wrap_manifest(body: &[u8]) -> Vec<u8> {
 
 fn wrap_clock(body: &[u8]) -> Vec<u8> {
     let mut out = b"EBBDBCLK".to_vec();
-    let mut fields = [0u8; 16];
-    let n = body.len().min(16);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    // Segment id, high water, reaped up to, durable length.
+    let mut fields = [0u8; 28];
+    let n = body.len().min(28);
     fields[..n].copy_from_slice(&body[..n]);
     out.extend_from_slice(&fields);
     let c = crc(&out);
@@ -402,16 +423,21 @@ pub fn seeds() -> Vec<Vec<u8>> {
     let body = String::from_utf8_lossy(&manifest[20.min(manifest.len())..]).into_owned();
     out.push(with(6, &manifest));
     out.push(with(7, body.as_bytes()));
-    let sealed_json = format!("{:?}", t.sealed).replace(' ', "");
+    let sealed_json = t.sealed_json.as_str();
     let active_id = t.active.to_string();
+    let first = (u64::from(t.sealed[0]), 4096);
     let variants = [
         // A keyspace with an empty default-TTL history.
         body.replacen(r#"[{"since":1700000000,"default":"Off"}]"#, "[]", 1),
         // The active segment also listed as sealed; a sealed segment listed twice.
-        body.replacen(&sealed_json, &format!("[{},{}]", active_id, t.sealed[0]), 1),
-        body.replacen(&sealed_json, &format!("[{0},{0}]", t.sealed[0]), 1),
+        body.replacen(
+            sealed_json,
+            &json_sealed(&[(u64::from(t.active), 4096), first]),
+            1,
+        ),
+        body.replacen(sealed_json, &json_sealed(&[first, first]), 1),
         // A sealed segment that does not exist; no active segment.
-        body.replacen(&sealed_json, "[4000000000]", 1),
+        body.replacen(sealed_json, &json_sealed(&[(4_000_000_000, 4096)]), 1),
         body.replacen(&format!(r#""active":{active_id}"#), r#""active":null"#, 1),
         // Two keyspaces with one id; counters past the limits open refuses. (Counters exactly
         // at the limits are a known bug, kept away from the seeds so short CI runs do not trip
@@ -432,14 +458,19 @@ pub fn seeds() -> Vec<Vec<u8>> {
     }
     let clock = file("CLOCK");
     out.push(with(8, &clock));
-    out.push(with(9, &clock[8.min(clock.len())..24.min(clock.len())]));
-    let clock_fields = |hw: u64, reaped: u64| {
-        let mut b = hw.to_le_bytes().to_vec();
+    out.push(with(9, &clock[12.min(clock.len())..40.min(clock.len())]));
+    let clock_fields = |segment: u32, hw: u64, reaped: u64, durable: u64| {
+        let mut b = segment.to_le_bytes().to_vec();
+        b.extend_from_slice(&hw.to_le_bytes());
         b.extend_from_slice(&reaped.to_le_bytes());
+        b.extend_from_slice(&durable.to_le_bytes());
         b
     };
-    out.push(with(9, &clock_fields(u64::MAX, u64::MAX)));
-    out.push(with(9, &clock_fields(u64::MAX / 1000, 0)));
-    out.push(with(9, &clock_fields(0, T0 + 1_000_000)));
+    out.push(with(9, &clock_fields(0, u64::MAX, u64::MAX, 0)));
+    out.push(with(9, &clock_fields(0, u64::MAX / 1000, 0, 0)));
+    out.push(with(9, &clock_fields(0, 0, T0 + 1_000_000, 0)));
+    // Durable points the active segment cannot meet: a little past its records, and absurd.
+    out.push(with(9, &clock_fields(t.active, T0, 0, 4096)));
+    out.push(with(9, &clock_fields(t.active, T0, 0, u64::MAX)));
     out
 }

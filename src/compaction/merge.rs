@@ -39,10 +39,11 @@ use crate::format::hint::HintWriter;
 use crate::format::record::{self, Kind, Meta, FLAG_MARKER, FLAG_SHADOWS};
 use crate::format::SegmentHeader;
 use crate::keydir::KeyspaceCore;
-use crate::log::manifest::Manifest;
-use crate::log::scan::{scan, ScanEnd};
+use crate::log::manifest::{Manifest, SealedSegment};
+use crate::log::scan::{scan, scan_all, ScanEnd};
 use crate::log::segment::Segment;
-use crate::log::segment_path;
+use crate::log::{hint_path, segment_path, segment_tmp_path, sync_dir};
+use crate::options::RecoveryMode;
 use crate::stats::{CompactionReport, SegStats};
 use crate::ttl::ItemTtl;
 
@@ -73,6 +74,25 @@ struct Outputs<'a> {
     snapshot_seq: u64,
     done: Vec<Output>,
     current: Option<Output>,
+    /// Every output file created, for cleanup if the merge fails before `finish`.
+    created: Vec<u32>,
+    finished: bool,
+}
+
+impl Drop for Outputs<'_> {
+    /// A merge that fails before its outputs are finished removes them (they are unpublished
+    /// `.seg.tmp` files, which the next open would remove anyway).
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.current = None;
+        self.done.clear();
+        for &id in &self.created {
+            let _ = std::fs::remove_file(segment_tmp_path(&self.inner.dir, id));
+            let _ = std::fs::remove_file(hint_path(&self.inner.dir, id));
+        }
+    }
 }
 
 impl Outputs<'_> {
@@ -97,9 +117,12 @@ impl Outputs<'_> {
                 id,
                 created_seq: self.snapshot_seq,
             };
-            let path = segment_path(&self.inner.dir, id);
+            // Written under a temporary name: a `.seg` file appears only once the manifest
+            // names it, so opening can tell an unpublished output from anything else.
+            let path = segment_tmp_path(&self.inner.dir, id);
             faults::check(&path, FaultKind::Create)?;
             let file = File::options().create_new(true).write(true).open(&path)?;
+            self.created.push(id);
             let mut writer = BufWriter::with_capacity(1 << 20, file);
             writer.write_all(&header.encode())?;
             self.current = Some(Output {
@@ -128,21 +151,22 @@ impl Outputs<'_> {
         Ok((o.id, offset))
     }
 
-    /// fsyncs every output and writes its hint; returns them.
-    fn finish(mut self) -> Result<Vec<(u32, SegStats)>> {
+    /// fsyncs every output and writes its hint; returns them with their lengths.
+    fn finish(mut self) -> Result<Vec<(u32, SegStats, u64)>> {
         if let Some(o) = self.current.take() {
             self.done.push(o);
         }
         let mut out = Vec::new();
-        for o in self.done {
+        for o in std::mem::take(&mut self.done) {
             let file = o
                 .writer
                 .into_inner()
                 .map_err(|e| Error::from(e.into_error()))?;
-            faults::sync_file(&file, &segment_path(&self.inner.dir, o.id), false)?;
+            faults::sync_file(&file, &segment_tmp_path(&self.inner.dir, o.id), false)?;
             super::write_hint_file(self.inner, o.id, o.hint)?;
-            out.push((o.id, o.stats));
+            out.push((o.id, o.stats, o.len));
         }
+        self.finished = true;
         Ok(out)
     }
 }
@@ -178,56 +202,20 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let _one_at_a_time = inner.merge_lock.lock();
     inner.check_writable()?;
     let now = inner.now_s();
-    let (sel, snapshot_seq, outside_min) = {
-        let mut log = inner.log.lock();
-        // An active segment that is mostly dead (and not tiny) is sealed so the policy can
-        // reclaim it too; otherwise expired data in a slow-growing log would wait for rotation.
-        let active = log
-            .segstats
-            .get(&log.active.id())
-            .copied()
-            .unwrap_or_default();
-        if active.total >= inner.opts.segment_size / 16
-            && active.dead > 0
-            && active.dead_share() >= inner.opts.compaction_dead_ratio
-        {
-            inner.rotate(&mut log)?;
-        }
-        let sel = policy::select(
-            &log.manifest.sealed,
-            &log.segstats,
-            now,
-            inner.opts.compaction_dead_ratio,
-            inner.opts.max_reclaim_lag.as_secs(),
-            full,
-        );
-        if sel.is_empty() {
+    // 1. Choose, then check the inputs; under Salvage a damaged input is set aside for good
+    // and the choice made again without it (the no-resurrection bound depends on the set).
+    let Chosen {
+        snapshot_seq,
+        outside_min,
+        inputs,
+        dropped,
+    } = loop {
+        let Some(chosen) = choose(inner, full, now)? else {
             return Ok(CompactionReport::default());
+        };
+        if check_inputs(inner, &chosen.inputs)? {
+            break chosen;
         }
-        let retired: HashSet<u32> = sel.drop.iter().chain(&sel.merge).copied().collect();
-        let set = inner.segments.read();
-        let outside_min = set
-            .sealed
-            .values()
-            .filter(|s| !retired.contains(&s.id))
-            .map(|s| s.header.created_seq)
-            .chain(std::iter::once(log.active.header.created_seq))
-            .min()
-            .unwrap_or(u64::MAX);
-        (sel, log.next_seq, outside_min)
-    };
-    let (inputs, dropped): (Vec<Arc<Segment>>, Vec<Arc<Segment>>) = {
-        let set = inner.segments.read();
-        (
-            sel.merge
-                .iter()
-                .filter_map(|id| set.sealed.get(id).cloned())
-                .collect(),
-            sel.drop
-                .iter()
-                .filter_map(|id| set.sealed.get(id).cloned())
-                .collect(),
-        )
     };
     let mut report = CompactionReport {
         segments_merged: inputs.len(),
@@ -242,6 +230,8 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         snapshot_seq,
         done: Vec::new(),
         current: None,
+        created: Vec::new(),
+        finished: false,
     };
     let mut moves = Vec::new();
     let mut keyspaces: HashMap<u32, Option<Arc<KeyspaceCore>>> = HashMap::new();
@@ -332,27 +322,45 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let decided_upto = inner.log.lock().appended;
     inner.sync_to(decided_upto)?;
 
-    // The outputs are complete and fsynced: map them now, so nothing after the publish can
-    // fail half-way.
-    let mut opened = Vec::with_capacity(written.len());
-    for (id, _) in &written {
-        opened.push(Arc::new(Segment::open(&inner.dir, *id)?));
-    }
-
     // 3. Publish. The outputs' byte accounting goes in with the manifest, so a write that
-    // supersedes a moved copy from now on finds its segment's counters.
+    // supersedes a moved copy from now on finds its segment's counters. A manifest failure
+    // before its rename changes nothing (the outputs are still `.seg.tmp` leftovers).
     let retired: HashSet<u32> = inputs.iter().chain(&dropped).map(|s| s.id).collect();
     {
         let mut log = inner.log.lock();
         let mut manifest: Manifest = log.manifest.clone();
-        manifest.sealed.retain(|id| !retired.contains(id));
-        manifest.sealed.extend(written.iter().map(|(id, _)| *id));
+        manifest.sealed.retain(|s| !retired.contains(&s.id));
+        manifest.sealed.extend(
+            written
+                .iter()
+                .map(|&(id, _, len)| SealedSegment { id, len }),
+        );
         manifest.next_seq = log.next_seq;
+        // Retired files are unlinked when their last reader lets go; until then the manifest
+        // lists them so that opening may delete them (and nothing else unlisted).
+        manifest
+            .retired
+            .retain(|id| segment_path(&inner.dir, *id).exists());
+        manifest.retired.extend(retired.iter().copied());
+        manifest.retired.sort_unstable();
+        manifest.retired.dedup();
         inner.store_manifest_unless_unchanged(&manifest)?;
         log.manifest = manifest;
-        log.segstats.extend(written.iter().copied());
+        log.segstats
+            .extend(written.iter().map(|&(id, stats, _)| (id, stats)));
     }
     crash_here(inner, CrashPoint::AfterPublish)?;
+    // The manifest names the outputs: give them their real names (a crash before this is
+    // rolled forward at open) and map them. A failure here leaves the disk ahead of memory:
+    // poison.
+    let opened = publish_names(inner, &written)
+        .and_then(|()| {
+            written
+                .iter()
+                .map(|(id, _, _)| Segment::open(&inner.dir, *id).map(Arc::new))
+                .collect::<Result<Vec<_>>>()
+        })
+        .inspect_err(|_| inner.poison())?;
 
     // 4. Outputs in, key directory moved. Neither needs the log mutex, so writers are not held
     // up by a big merge: each keyspace lock is taken for a chunk of moves at a time, and an
@@ -416,8 +424,115 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
 /// Key-directory moves made under one keyspace write lock.
 const MOVES_PER_LOCK: usize = 256;
 
+/// Renames published outputs from `.seg.tmp` to `.seg` and fsyncs the directory.
+fn publish_names(inner: &Inner, written: &[(u32, SegStats, u64)]) -> Result<()> {
+    for (id, _, _) in written {
+        let tmp = segment_tmp_path(&inner.dir, *id);
+        faults::check(&tmp, FaultKind::Rename)?;
+        std::fs::rename(&tmp, segment_path(&inner.dir, *id))?;
+    }
+    sync_dir(&inner.dir)?;
+    Ok(())
+}
+
 enum Decision {
     Copy,
     Drop,
     Marker,
+}
+
+/// What a merge works on.
+struct Chosen {
+    snapshot_seq: u64,
+    outside_min: u64,
+    inputs: Vec<Arc<Segment>>,
+    dropped: Vec<Arc<Segment>>,
+}
+
+/// Step 1: under the log mutex, picks the segments (never a damaged one: its unreadable bytes
+/// cannot be proven dead) and takes `snapshot_seq` and `outside_min`.
+fn choose(inner: &Inner, full: bool, now: u64) -> Result<Option<Chosen>> {
+    let mut log = inner.log.lock();
+    // An active segment that is mostly dead (and not tiny) is sealed so the policy can
+    // reclaim it too; otherwise expired data in a slow-growing log would wait for rotation.
+    let active = log
+        .segstats
+        .get(&log.active.id())
+        .copied()
+        .unwrap_or_default();
+    if active.total >= inner.opts.segment_size / 16
+        && active.dead > 0
+        && active.dead_share() >= inner.opts.compaction_dead_ratio
+    {
+        inner.rotate(&mut log)?;
+    }
+    let set = inner.segments.read();
+    // Only segments that are open and undamaged are candidates: a listed segment that Salvage
+    // could not open, or one found damaged, stays as it is.
+    let candidates: Vec<u32> = log
+        .manifest
+        .sealed_ids()
+        .into_iter()
+        .filter(|id| set.sealed.get(id).is_some_and(|s| !s.is_damaged()))
+        .collect();
+    let sel = policy::select(
+        &candidates,
+        &log.segstats,
+        now,
+        inner.opts.compaction_dead_ratio,
+        inner.opts.max_reclaim_lag.as_secs(),
+        full,
+    );
+    if sel.is_empty() {
+        return Ok(None);
+    }
+    let retired: HashSet<u32> = sel.drop.iter().chain(&sel.merge).copied().collect();
+    let outside_min = set
+        .sealed
+        .values()
+        .filter(|s| !retired.contains(&s.id))
+        .map(|s| s.header.created_seq)
+        .chain(std::iter::once(log.active.header.created_seq))
+        .min()
+        .unwrap_or(u64::MAX);
+    let pick = |ids: &[u32]| -> Vec<Arc<Segment>> {
+        ids.iter()
+            .filter_map(|id| set.sealed.get(id).cloned())
+            .collect()
+    };
+    Ok(Some(Chosen {
+        snapshot_seq: log.next_seq,
+        outside_min,
+        inputs: pick(&sel.merge),
+        dropped: pick(&sel.drop),
+    }))
+}
+
+/// Reads every input whole before anything is written: a merge must never drop the records
+/// behind damage (zeroed bytes end a plain scan as if the segment ended there). Returns true
+/// when all are whole. Damage is `Error::Corruption` (Strict: nothing written, inputs stay
+/// published) or, under Salvage, marks the segment damaged and counts it (returns false: the
+/// caller chooses again without it).
+fn check_inputs(inner: &Inner, inputs: &[Arc<Segment>]) -> Result<bool> {
+    let mut whole = true;
+    for seg in inputs {
+        let end = usize::try_from(seg.len()).unwrap_or(usize::MAX);
+        let damage = scan_all(seg.bytes(), end, |_, _, _| {});
+        let Some(first) = damage.first() else {
+            continue;
+        };
+        if inner.opts.recovery == RecoveryMode::Strict {
+            return Err(Error::corruption(
+                seg.path(),
+                first.offset as u64,
+                format!("{} (merge refused: the input stays as it is)", first.err),
+            ));
+        }
+        seg.mark_damaged();
+        inner
+            .damage
+            .segment(damage.iter().map(|d| d.len() as u64).sum());
+        whole = false;
+    }
+    Ok(whole)
 }

@@ -13,11 +13,12 @@ use std::fs::File;
 use std::io::Write;
 
 use crate::engine::Inner;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::faults::{self, FaultKind};
 use crate::format::hint::HintWriter;
-use crate::log::scan::scan;
+use crate::log::scan::scan_all;
 use crate::log::{hint_path, sync_dir};
+use crate::options::RecoveryMode;
 use crate::stats::CompactionReport;
 
 /// Runs the policy (or a full merge) now.
@@ -31,13 +32,30 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32) -> Result<()> {
         return Ok(());
     };
     let path = hint_path(&inner.dir, id);
-    if path.exists() {
+    if path.exists() || seg.is_damaged() {
         return Ok(());
     }
+    // A hint must list every record of its segment: one built from a scan that stopped at
+    // damage would hide the records after it from every later open.
     let mut w = HintWriter::new(id);
-    scan(seg.bytes(), |off, len, rec| {
-        w.add(&rec.meta, rec.key, off, len)
+    let end = usize::try_from(seg.len()).unwrap_or(usize::MAX);
+    let damage = scan_all(seg.bytes(), end, |off, len, rec| {
+        w.add(&rec.meta, rec.key, off, len);
     });
+    if let Some(first) = damage.first() {
+        seg.mark_damaged();
+        inner
+            .damage
+            .segment(damage.iter().map(|d| d.len() as u64).sum());
+        if inner.opts.recovery == RecoveryMode::Strict {
+            return Err(Error::corruption(
+                seg.path(),
+                first.offset as u64,
+                first.err.to_string(),
+            ));
+        }
+        return Ok(());
+    }
     write_hint_file(inner, id, w)
 }
 

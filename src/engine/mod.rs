@@ -131,6 +131,8 @@ pub(crate) struct Inner {
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
     /// Test hook called at each merge step (see `Store::set_merge_observer`).
     pub(crate) merge_observer: Mutex<Option<ObserverSlot>>,
+    /// Damage met and skipped (see `Stats::damaged_segments`).
+    pub(crate) damage: crate::stats::DamageCounters,
 }
 
 /// `fence_ms` when no fence is up.
@@ -494,6 +496,7 @@ impl Inner {
     /// Records the high-water second (and optionally reaped-up-to) in `CLOCK`, without fsync.
     /// The mutex is held only for one 28-byte `pwrite`, never across an fsync.
     fn persist_clock(&self, secs: u64, reaped_upto: Option<u64>) {
+        let durable = self.durable_point();
         let mut guard = self.clockfile.lock();
         let (file, state) = &mut *guard;
         if secs <= state.high_water && reaped_upto.is_none() {
@@ -503,6 +506,7 @@ impl Inner {
         if let Some(r) = reaped_upto {
             state.reaped_upto = state.reaped_upto.max(r);
         }
+        state.note_durable(durable);
         if file.write(*state).is_ok() {
             self.persisted_s
                 .fetch_max(state.high_water, Ordering::AcqRel);
@@ -510,12 +514,14 @@ impl Inner {
     }
 
     pub(crate) fn record_reaped_upto(&self, upto: u64) {
+        let durable = self.durable_point();
         let mut guard = self.clockfile.lock();
         let (file, state) = &mut *guard;
         state.reaped_upto = state.reaped_upto.max(upto);
         state.high_water = state
             .high_water
             .max(self.hw_ms.load(Ordering::Acquire) / 1000);
+        state.note_durable(durable);
         let _ = file.write(*state);
     }
 
@@ -592,6 +598,7 @@ impl Inner {
         self.check_writable()?;
         let pos = self.log.lock().appended;
         self.sync_to(pos)?;
+        self.record_durable_point();
         let clock_path = self.dir.join(clockfile::FILE_NAME);
         crate::faults::sync_file(&self.clock_sync, &clock_path, true).at(clock_path)?;
         Ok(())
@@ -613,6 +620,7 @@ impl Inner {
             let pos = self.log.lock().appended;
             let _ = self.sync_to(pos);
         }
+        self.record_durable_point();
         let _ =
             crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true);
     }
@@ -637,6 +645,7 @@ impl Inner {
         {
             let pos = self.log.lock().appended;
             self.sync_to(pos)?;
+            self.record_durable_point();
             let clock_path = self.dir.join(clockfile::FILE_NAME);
             crate::faults::sync_file(&self.clock_sync, &clock_path, true).at(clock_path)?;
         }

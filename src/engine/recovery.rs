@@ -8,27 +8,27 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::clockfile::ClockFile;
+use super::clockfile::{ClockFile, DurablePoint};
 use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
 use crate::error::{Error, Result};
 use crate::expiry::wheel::{TimerHandle, TimerWheel};
 use crate::expiry::Timer;
 use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
-use crate::format::{hint, SegmentHeader};
+use crate::format::{hint, SegmentHeader, SEGMENT_HEADER_LEN};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
 use crate::log::lock::DirLock;
-use crate::log::manifest::Manifest;
-use crate::log::scan::{scan, ScanEnd};
+use crate::log::manifest::{Manifest, SealedSegment};
+use crate::log::scan::scan_all;
 use crate::log::segment::Segment;
 use crate::log::{hint_path, parse_file_name, segment_path};
 use crate::options::{Options, RecoveryMode};
-use crate::stats::SegStats;
+use crate::stats::{DamageCounters, SegStats};
 use crate::ttl;
 
 /// Largest sequence number a healthy database can reach (see the range check in `open`).
@@ -81,33 +81,53 @@ impl Loader {
 }
 
 pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
+    opts.validate()?;
     std::fs::create_dir_all(dir)?;
     let lock = DirLock::acquire(dir)?;
     let manifest = match Manifest::load(dir)? {
         Some(m) => m,
         None => init(dir)?,
     };
-    remove_unlisted(dir, &manifest)?;
+    let damage = DamageCounters::default();
+    let mut manifest = manifest;
+    clean_directory(dir, &mut manifest, &opts, &damage)?;
     let (clockfile, clock_state) = ClockFile::open(dir)?;
 
     let mut loader = Loader::default();
     let mut sealed = BTreeMap::new();
-    for &id in &manifest.sealed {
-        match load_sealed(dir, id, &opts, &mut loader) {
-            Ok(Some(seg)) => {
-                sealed.insert(id, Arc::new(seg));
-            }
-            Ok(None) => {}
-            Err(e) => return Err(e),
+    for entry in &manifest.sealed {
+        if let Some(seg) = load_sealed(dir, *entry, &opts, &mut loader, &damage)? {
+            sealed.insert(entry.id, Arc::new(seg));
         }
     }
     let active_id = manifest.active.ok_or_else(|| {
         Error::corruption(dir.join("MANIFEST"), 0, "manifest names no active segment")
     })?;
-    let active = load_active(dir, active_id, opts.segment_size, &mut loader)?;
+    let created_seq = manifest.next_seq.max(loader.max_seq.saturating_add(1));
+    let active = load_active(
+        dir,
+        active_id,
+        clock_state.durable,
+        &opts,
+        created_seq,
+        &mut loader,
+        &damage,
+    )?;
 
-    // Build the catalogue and the key directories.
-    let now_floor_s = clock_state.high_water.max(loader.max_write_ms / 1000);
+    // Build the catalogue and the key directories. `now` never goes below a time the engine
+    // has durably used: CLOCK, the newest write in the log, the high-water mark of the last
+    // manifest write, and every default-TTL change (each was made at the `now` of its call).
+    let newest_change = manifest
+        .keyspaces
+        .iter()
+        .flat_map(|k| k.history.iter().map(|c| c.since))
+        .max()
+        .unwrap_or(0);
+    let now_floor_s = clock_state
+        .high_water
+        .max(loader.max_write_ms / 1000)
+        .max(manifest.high_water)
+        .max(newest_change);
     let clock_now = opts.clock.now_unix_millis();
     let now_ms = clock_now.max(now_floor_s.saturating_mul(1000));
     let now = now_ms / 1000;
@@ -232,6 +252,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         worker_error: Mutex::new(super::WorkerErrors::default()),
         merge_crash_at: Mutex::new(None),
         merge_observer: Mutex::new(None),
+        damage,
         opts,
     })
 }
@@ -263,54 +284,174 @@ fn init(dir: &Path) -> Result<Manifest> {
         sealed: Vec::new(),
         active: Some(1),
         keyspaces: Vec::new(),
+        high_water: 0,
+        retired: Vec::new(),
     };
     ActiveWriter::create(dir, 1, 1, 0)?;
-    manifest.store(dir)?;
+    manifest.store(dir, 0)?;
     Ok(manifest)
 }
 
-/// Deletes segment and hint files the manifest does not list (unpublished merge outputs, a
-/// segment created just before a crash, files of retired segments).
-fn remove_unlisted(dir: &Path, manifest: &Manifest) -> Result<()> {
-    let listed = |id: u32| manifest.sealed.contains(&id) || manifest.active == Some(id);
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+/// What opening does with one file the manifest does not list.
+enum Verdict {
+    /// Provably this engine's unpublished or retired leftover, or holds no data: delete.
+    Delete,
+    /// A published merge output still under its temporary name: rename it (roll forward).
+    Publish,
+    /// Nothing proves it is ours to delete: refuse to open (Strict) or leave it (Salvage).
+    Foreign,
+    /// Leave it: a hint whose segment is foreign, or a file that is not ours to judge.
+    Keep,
+}
+
+/// Puts the directory in the state the manifest describes, deleting only what can be proven to
+/// be this engine's own leftover:
+/// - temporaries (`MANIFEST.tmp`, `*.hint.tmp`) and unlisted `*.seg.tmp` (merge outputs whose
+///   publish did not happen: a merge output is named `.seg` only after the manifest lists it);
+/// - files of segments the manifest lists as `retired` (merge inputs whose unlink did not
+///   happen);
+/// - an unlisted `.seg` of at most a header's length (a rotation's new file created just
+///   before a crash; it holds no record, so deleting it can lose nothing);
+/// - a hint whose segment file does not exist.
+///
+/// A listed segment found only as `.seg.tmp` is renamed (its publish happened, the rename did
+/// not). Any other unlisted segment file — an older `MANIFEST` put back, a file copied in from
+/// elsewhere — is `Error::Corruption` naming it, before anything is deleted (Strict), or left
+/// alone and counted in `Stats::unlisted_files` (Salvage; new file ids then skip its id).
+fn clean_directory(
+    dir: &Path,
+    manifest: &mut Manifest,
+    opts: &Options,
+    damage: &DamageCounters,
+) -> Result<()> {
+    let mut plan = Vec::new();
+    let mut max_id = 0u32;
+    let names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    for name in &names {
+        let path = dir.join(name);
         if name == "MANIFEST.tmp" || name.ends_with(".hint.tmp") {
-            std::fs::remove_file(entry.path())?;
+            plan.push((path, Verdict::Delete));
             continue;
         }
-        if let Some((id, _)) = parse_file_name(name) {
-            if !listed(id) {
-                std::fs::remove_file(entry.path())?;
+        let Some((id, kind)) = parse_file_name(name) else {
+            continue;
+        };
+        max_id = max_id.max(id);
+        let listed = manifest.lists(id);
+        let retired = manifest.retired.contains(&id);
+        let verdict = match kind {
+            "seg.tmp" if listed && !segment_path(dir, id).exists() => Verdict::Publish,
+            "seg.tmp" => Verdict::Delete,
+            _ if listed => Verdict::Keep,
+            _ if retired => Verdict::Delete,
+            "seg" if std::fs::metadata(&path)?.len() <= SEGMENT_HEADER_LEN as u64 => {
+                Verdict::Delete
             }
+            "seg" => Verdict::Foreign,
+            // A hint: derived data, deleted only when its segment file is gone.
+            _ if segment_path(dir, id).exists() => Verdict::Keep,
+            _ => Verdict::Delete,
+        };
+        plan.push((path, verdict));
+    }
+    let salvage = opts.recovery == RecoveryMode::Salvage;
+    if !salvage {
+        if let Some((path, _)) = plan.iter().find(|(_, v)| matches!(v, Verdict::Foreign)) {
+            return Err(Error::corruption(
+                path,
+                0,
+                "segment file not listed in MANIFEST, and not a leftover this engine can prove \
+                 it wrote (an older MANIFEST put back, or a file from elsewhere?); nothing was \
+                 deleted",
+            ));
         }
+    }
+    let mut renamed = false;
+    for (path, verdict) in plan {
+        match verdict {
+            Verdict::Delete => std::fs::remove_file(&path)?,
+            Verdict::Publish => {
+                std::fs::rename(&path, path.with_extension(""))?;
+                renamed = true;
+            }
+            Verdict::Foreign => {
+                damage.unlisted_files.fetch_add(1, Ordering::Relaxed);
+            }
+            Verdict::Keep => {}
+        }
+    }
+    if renamed {
+        crate::log::sync_dir(dir)?;
+    }
+    // Never hand out an id a file in the directory already has.
+    if max_id >= manifest.next_file_id && max_id < MAX_FILE_ID {
+        manifest.next_file_id = crate::engine::next_id(max_id)?;
     }
     Ok(())
 }
 
+/// Loads sealed segment `entry`: checks its header and its length against the manifest, then
+/// takes its records from the hint or by a full scan. Damage of any kind is
+/// `Error::Corruption` (Strict) or, under Salvage, skipped, counted and the segment marked
+/// damaged (its readable records are kept).
 fn load_sealed(
     dir: &Path,
-    id: u32,
+    entry: SealedSegment,
     opts: &Options,
     loader: &mut Loader,
+    damage: &DamageCounters,
 ) -> Result<Option<Segment>> {
+    let id = entry.id;
+    let path = segment_path(dir, id);
+    let salvage = opts.recovery == RecoveryMode::Salvage;
     let seg = match Segment::open(dir, id) {
         Ok(s) => s,
-        Err(e) if opts.recovery == RecoveryMode::Salvage => {
+        Err(Error::Io { source: e, .. }) if e.kind() == std::io::ErrorKind::NotFound => {
+            if salvage {
+                damage.segment(entry.len);
+                return Ok(None);
+            }
+            return Err(Error::corruption(
+                &path,
+                0,
+                "segment listed in MANIFEST is missing",
+            ));
+        }
+        Err(e @ Error::Corruption { .. }) if salvage => {
             let _ = e;
-            return Ok(None);
+            Segment::open_damaged(dir, id)?
         }
         Err(e) => return Err(e),
     };
-    if opts.use_hints {
+    // The manifest recorded the exact length: a shorter file (even one cut at a record
+    // boundary) lost records, a longer one was written by someone else.
+    let mut skipped = 0u64;
+    if seg.len() != entry.len {
+        if !salvage {
+            return Err(Error::corruption(
+                &path,
+                seg.len().min(entry.len),
+                format!(
+                    "sealed segment is {} bytes, MANIFEST recorded {}",
+                    seg.len(),
+                    entry.len
+                ),
+            ));
+        }
+        seg.mark_damaged();
+        skipped += entry.len.saturating_sub(seg.len());
+    }
+    let end = usize::try_from(seg.len().min(entry.len)).unwrap_or(usize::MAX);
+    if opts.use_hints && !seg.is_damaged() {
         if let Ok(bytes) = std::fs::read(hint_path(dir, id)) {
-            // A hint is used only if it is whole and every entry lies inside its segment.
-            let data_end = seg.len();
+            // A whole hint whose entries all lie inside the (verified) segment is used. One
+            // that checks out but lists records past the end contradicts the manifest.
             let mut fits = true;
             let valid = hint::visit(&bytes, id, |_, _, offset, len| {
-                fits &= u64::from(offset) + u64::from(len) <= data_end;
+                fits &= u64::from(offset) + u64::from(len) <= entry.len;
             });
             if valid.is_ok() && fits {
                 let _ = hint::visit(&bytes, id, |meta, key, offset, len| {
@@ -319,29 +460,77 @@ fn load_sealed(
                 loader.stats.entry(id).or_default().total = seg.data_len();
                 return Ok(Some(seg));
             }
+            if valid.is_ok() && !salvage {
+                return Err(Error::corruption(
+                    hint_path(dir, id),
+                    0,
+                    "hint lists records past the end of its segment",
+                ));
+            }
         }
     }
-    let end = scan(seg.bytes(), |off, len, rec| {
-        loader.add(id, off, len, &rec.meta, rec.key)
+    let found = scan_all(seg.bytes(), end, |off, len, rec| {
+        loader.add(id, off, len, &rec.meta, rec.key);
     });
-    if let ScanEnd::Bad { offset, err } = end {
-        if opts.recovery == RecoveryMode::Strict {
+    if let Some(first) = found.first() {
+        if !salvage {
             return Err(Error::corruption(
                 seg.path(),
-                offset as u64,
-                err.to_string(),
+                first.offset as u64,
+                first.err.to_string(),
             ));
         }
-        // Salvage: the records before the damage are loaded; the rest is dead bytes.
+        seg.mark_damaged();
+        skipped += found.iter().map(|d| d.len() as u64).sum::<u64>();
     }
-    // Every byte after the header counts: batch headers and salvaged tails are dead bytes.
+    if seg.is_damaged() {
+        damage.segment(skipped);
+    }
+    // Every byte after the header counts: batch headers and damaged ranges are dead bytes.
     loader.stats.entry(id).or_default().total = seg.data_len();
     Ok(Some(seg))
 }
 
-fn load_active(dir: &Path, id: u32, map_len: u64, loader: &mut Loader) -> Result<ActiveWriter> {
+/// Loads the active segment. Only a tail past the durable point `CLOCK` recorded for it may be
+/// cut as torn: a bad record below that point, or one followed by a record (or whole batch)
+/// that still decodes, is damage, not an unfinished write. Damage is `Error::Corruption`
+/// (Strict) or, under Salvage, skipped and counted with every readable record kept.
+fn load_active(
+    dir: &Path,
+    id: u32,
+    durable: DurablePoint,
+    opts: &Options,
+    created_seq: u64,
+    loader: &mut Loader,
+    damage: &DamageCounters,
+) -> Result<ActiveWriter> {
     let path = segment_path(dir, id);
-    let bytes = std::fs::read(&path)?;
+    let salvage = opts.recovery == RecoveryMode::Salvage;
+    let claimed = if durable.segment == id {
+        durable.len.max(SEGMENT_HEADER_LEN as u64)
+    } else {
+        SEGMENT_HEADER_LEN as u64
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && salvage => {
+            damage.segment(claimed);
+            return Ok(ActiveWriter::create(
+                dir,
+                id,
+                created_seq,
+                opts.segment_size,
+            )?);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::corruption(
+                &path,
+                0,
+                "active segment listed in MANIFEST is missing",
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let header = SegmentHeader::decode(&bytes)
         .map_err(|e| Error::corruption(&path, 0, format!("segment header: {e}")))?;
     if header.id != id {
@@ -351,18 +540,49 @@ fn load_active(dir: &Path, id: u32, map_len: u64, loader: &mut Loader) -> Result
             "segment header names another file id",
         ));
     }
-    // The active segment may end in a torn write: keep the whole records (and whole batches)
-    // and cut the rest.
-    let end = scan(&bytes, |off, len, rec| {
-        loader.add(id, off, len, &rec.meta, rec.key)
+    let found = scan_all(&bytes, bytes.len(), |off, len, rec| {
+        loader.add(id, off, len, &rec.meta, rec.key);
     });
-    let valid = end.valid_len() as u64;
+    // A damaged range that runs to the end of the file is the tail: nothing after it decodes.
+    let (tail, interior) = match found.split_last() {
+        Some((last, rest)) if last.end == bytes.len() => (Some(*last), rest),
+        _ => (None, found.as_slice()),
+    };
+    let valid = tail.map_or(bytes.len(), |t| t.offset) as u64;
+    let lost_durable = claimed.saturating_sub(valid);
+    let problem = interior
+        .first()
+        .map(|d| {
+            (
+                d.offset as u64,
+                format!("{} (and records after it decode: not a torn tail)", d.err),
+            )
+        })
+        .or_else(|| {
+            (lost_durable > 0).then(|| {
+                let why = tail.map_or("ends".to_string(), |t| t.err.to_string());
+                (
+                    valid,
+                    format!("{why} below the durable point ({claimed} bytes were fsynced)"),
+                )
+            })
+        });
+    if let Some((offset, reason)) = problem {
+        if !salvage {
+            return Err(Error::corruption(&path, offset, reason));
+        }
+        let skipped: u64 = interior.iter().map(|d| d.len() as u64).sum();
+        damage.segment(skipped.saturating_add(lost_durable));
+    }
     let zero_tail = bytes
-        .get(end.valid_len()..)
+        .get(valid as usize..)
         .is_some_and(|t| t.iter().all(|&b| b == 0));
-    loader.stats.entry(id).or_default().total =
-        valid.saturating_sub(crate::format::SEGMENT_HEADER_LEN as u64);
+    loader.stats.entry(id).or_default().total = valid.saturating_sub(SEGMENT_HEADER_LEN as u64);
     Ok(ActiveWriter::reopen(
-        dir, header, valid, zero_tail, map_len,
+        dir,
+        header,
+        valid,
+        zero_tail,
+        opts.segment_size,
     )?)
 }

@@ -21,7 +21,7 @@ use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
-use crate::log::manifest::{KeyspaceMeta, StoreError};
+use crate::log::manifest::{KeyspaceMeta, SealedSegment, StoreError};
 use crate::log::segment::Segment;
 use crate::options::{SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use crate::stats::SegStats;
@@ -448,7 +448,10 @@ impl Inner {
         let mut manifest = log.manifest.clone();
         manifest.next_file_id = next_id(new_id)?;
         manifest.next_seq = log.next_seq;
-        manifest.sealed.push(sealed_id);
+        manifest.sealed.push(SealedSegment {
+            id: sealed_id,
+            len: segment.len(),
+        });
         manifest.active = Some(new_id);
         // The new file is not removed on failure: if the rename went through before the error,
         // the manifest on disk already names it. The store is poisoned instead.
@@ -470,7 +473,8 @@ impl Inner {
     /// and reopening reads whichever manifest is on disk, both of which are consistent with the
     /// files.
     pub(crate) fn store_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
-        manifest.store(&self.dir).map_err(|e| {
+        let high_water = self.hw_ms.load(Ordering::Acquire) / 1000;
+        manifest.store(&self.dir, high_water).map_err(|e| {
             self.poison();
             e.into()
         })
@@ -485,7 +489,8 @@ impl Inner {
         &self,
         manifest: &crate::log::manifest::Manifest,
     ) -> Result<()> {
-        match manifest.store(&self.dir) {
+        let high_water = self.hw_ms.load(Ordering::Acquire) / 1000;
+        match manifest.store(&self.dir, high_water) {
             Ok(()) => Ok(()),
             Err(StoreError::Unchanged(e)) => Err(e),
             Err(StoreError::Uncertain(e)) => {

@@ -9,7 +9,7 @@ pub mod hint;
 pub mod record;
 
 /// Format version written in every file header. Bump on any layout change.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Magic at the start of a segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"EBBDBSEG";
@@ -118,7 +118,7 @@ mod tests {
         }
         // DESIGN.md grid: magic 0..8, version 8..12, id 12..16, created_seq 16..24, crc 28..32.
         assert_eq!(&b[0..8], b"EBBDBSEG");
-        assert_eq!(b[8], 1);
+        assert_eq!(b[8], 2);
         assert_eq!(b[12], 7);
         assert_eq!(b[16], 99);
     }

@@ -79,7 +79,8 @@ pub const FLAG_SHADOWS: u8 = 1;
 pub const FLAG_IN_BATCH: u8 = 2;
 /// Flag: a tombstone written by compaction in place of a dropped dead record.
 pub const FLAG_MARKER: u8 = 4;
-const KNOWN_FLAGS: u8 = FLAG_SHADOWS | FLAG_IN_BATCH | FLAG_MARKER;
+/// Every flag bit a record may carry.
+pub const KNOWN_FLAGS: u8 = FLAG_SHADOWS | FLAG_IN_BATCH | FLAG_MARKER;
 
 /// The header fields of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,6 +39,9 @@ pub struct ActiveFile {
     pub file: File,
     /// Bytes of the file that hold written records (header included).
     pub flushed: AtomicU64,
+    /// Bytes known to be on stable storage: `flushed` as it was when the last successful
+    /// fsync began (`CLOCK` records it, see `engine::clockfile`).
+    pub durable: AtomicU64,
     /// Read-only mapping of the file (its flushed prefix is read from here); `None` if the
     /// mapping failed, in which case reads use `pread`.
     map: Option<ActiveMap>,
@@ -99,7 +102,10 @@ impl ActiveFile {
     /// # Errors
     /// The OS error from `fdatasync`.
     pub fn sync(&self, path: &Path) -> io::Result<()> {
-        faults::sync_file(&self.file, path, true)
+        let upto = self.flushed.load(Ordering::Acquire);
+        faults::sync_file(&self.file, path, true)?;
+        self.durable.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
     }
 
     /// The flushed record at `offset` straight from the mapping, if it is there.
@@ -117,6 +123,7 @@ impl ActiveFile {
             id,
             file,
             flushed: AtomicU64::new(flushed),
+            durable: AtomicU64::new(flushed),
             map,
             tail: Mutex::new(Vec::with_capacity(FLUSH_THRESHOLD * 2)),
         }
@@ -169,8 +176,10 @@ impl ActiveWriter {
 
     /// Reopens an existing segment whose records are whole up to `valid_len`. When the bytes
     /// after it are all zero (preallocated space) they are kept; anything else (a torn tail) is
-    /// cut off and the cut fsynced. A tail with any non-zero byte is never kept: a stale record
-    /// in it could line up with later appends and be read back by a later recovery.
+    /// cut off. A tail with any non-zero byte is never kept: a stale record in it could line up
+    /// with later appends and be read back by a later recovery. The file is fsynced either
+    /// way, so `valid_len` is durable before anything claims it is (a process crash leaves
+    /// written bytes in the page cache, not on disk).
     ///
     /// # Errors
     /// Any OS error.
@@ -193,6 +202,9 @@ impl ActiveWriter {
             faults::sync_file(&file, &path, false)?;
             valid_len
         } else {
+            let path = segment_path(dir, header.id);
+            faults::check(&path, FaultKind::Sync)?;
+            file.sync_data()?;
             physical.max(valid_len)
         };
         Ok(Self {

@@ -9,8 +9,8 @@
 //! ```
 //! It is replaced atomically: written to `MANIFEST.tmp`, fsynced, renamed over `MANIFEST`, and
 //! the directory fsynced. A segment file that the manifest does not list is not part of the
-//! database (an unfinished merge output or a segment created just before a crash) and is
-//! deleted on open. Keyspace creation, deletion and default-TTL changes are durable because
+//! database; opening deletes it only when it provably is a leftover of this engine (see
+//! `engine::recovery`). Sealed segments are listed with their exact length. Keyspace creation, deletion and default-TTL changes are durable because
 //! they return only after the manifest that records them is.
 //!
 //! A failed [`Manifest::store`] says how far it got ([`StoreError`]): before the rename nothing
@@ -62,6 +62,17 @@ pub struct KeyspaceMeta {
     pub history: Vec<TtlChange>,
 }
 
+/// A sealed segment in the manifest: its id and its exact length. The length is what makes a
+/// sealed segment verifiable: a file that is shorter (even cut exactly at a record boundary) or
+/// longer is damaged, and zeroed bytes before this length are damage, not the end of the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedSegment {
+    /// File id.
+    pub id: u32,
+    /// File length in bytes, header included, as fsynced before this manifest was written.
+    pub len: u64,
+}
+
 /// The manifest contents.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -71,15 +82,34 @@ pub struct Manifest {
     pub next_seq: u64,
     /// Next keyspace id to hand out.
     pub next_keyspace_id: u32,
-    /// Sealed segments (appended-and-sealed or merge outputs).
-    pub sealed: Vec<u32>,
+    /// Sealed segments (appended-and-sealed or merge outputs) with their lengths.
+    pub sealed: Vec<SealedSegment>,
     /// The segment being appended to.
     pub active: Option<u32>,
     /// Live keyspaces.
     pub keyspaces: Vec<KeyspaceMeta>,
+    /// The engine's time high-water mark (Unix seconds) when this manifest was written: a
+    /// floor for `now` on open, besides `CLOCK`.
+    pub high_water: u64,
+    /// Segments a merge retired whose files may still exist (they are unlinked when their last
+    /// reader lets go). Opening deletes their files; nothing else unlisted is deleted unless it
+    /// provably holds no data (DESIGN.md "Crash safety", step 4).
+    pub retired: Vec<u32>,
 }
 
 impl Manifest {
+    /// True when `id` is the active segment or a sealed one.
+    #[must_use]
+    pub fn lists(&self, id: u32) -> bool {
+        self.active == Some(id) || self.sealed.iter().any(|s| s.id == id)
+    }
+
+    /// Ids of the sealed segments, in manifest order.
+    #[must_use]
+    pub fn sealed_ids(&self) -> Vec<u32> {
+        self.sealed.iter().map(|s| s.id).collect()
+    }
+
     /// Reads `dir/MANIFEST`, or `None` if there is none.
     ///
     /// # Errors
@@ -95,8 +125,14 @@ impl Manifest {
         let header = bytes
             .get(..HEADER_LEN)
             .ok_or_else(|| bad("manifest truncated"))?;
-        if header[0..8] != MAGIC || LE::read_u32(&header[8..12]) != FORMAT_VERSION {
-            return Err(bad("bad manifest magic or version"));
+        if header[0..8] != MAGIC {
+            return Err(bad("bad manifest magic"));
+        }
+        let version = LE::read_u32(&header[8..12]);
+        if version != FORMAT_VERSION {
+            return Err(bad(&format!(
+                "manifest format version {version}, this build reads version {FORMAT_VERSION}"
+            )));
         }
         let n = LE::read_u32(&header[12..16]) as usize;
         if n > MAX_BODY {
@@ -113,22 +149,32 @@ impl Manifest {
             .map_err(|e| bad(&format!("manifest body: {e}")))
     }
 
-    /// Atomically replaces `dir/MANIFEST` with `self`.
+    /// Atomically replaces `dir/MANIFEST` with `self`, its `high_water` raised to at least
+    /// `high_water` (the engine's time high-water mark, Unix seconds).
     ///
     /// # Errors
     /// [`StoreError::Unchanged`] for a failure before the rename (an OS error naming the file,
     /// or [`Error::TooLarge`] for a body `load` would refuse): the old manifest stays in force.
-    /// [`StoreError::Uncertain`] when the directory fsync after the rename failed.
-    pub fn store(&self, dir: &Path) -> Result<(), StoreError> {
-        self.write_tmp_and_rename(dir)
+    /// [`StoreError::Uncertain`] when the directory fsync after the rename failed. `high_water`
+    /// (the engine's time high-water mark, seconds) is recorded if it is newer than the
+    /// manifest's own.
+    pub fn store(&self, dir: &Path, high_water: u64) -> Result<(), StoreError> {
+        self.write_tmp_and_rename(dir, high_water)
             .map_err(StoreError::Unchanged)?;
         super::sync_dir(dir).at(dir).map_err(StoreError::Uncertain)
     }
 
     /// Everything up to and including the rename. On failure `MANIFEST` is untouched: `rename`
     /// either replaces it atomically or, when it fails, changes nothing.
-    fn write_tmp_and_rename(&self, dir: &Path) -> Result<()> {
-        let body = serde_json::to_vec(self).map_err(|e| Error::from(std::io::Error::from(e)))?;
+    fn write_tmp_and_rename(&self, dir: &Path, high_water: u64) -> Result<()> {
+        let body = if high_water > self.high_water {
+            let mut m = self.clone();
+            m.high_water = high_water;
+            serde_json::to_vec(&m)
+        } else {
+            serde_json::to_vec(self)
+        }
+        .map_err(|e| Error::from(std::io::Error::from(e)))?;
         check_body_len(body.len())?;
         let mut out = Vec::with_capacity(HEADER_LEN + body.len());
         out.extend_from_slice(&MAGIC);
@@ -185,7 +231,7 @@ mod tests {
             ..Manifest::default()
         };
         assert!(matches!(
-            m.store(dir.path()),
+            m.store(dir.path(), 0),
             Err(StoreError::Unchanged(Error::TooLarge(_)))
         ));
         assert_eq!(Manifest::load(dir.path()).expect("load"), None);
@@ -199,8 +245,13 @@ mod tests {
             next_file_id: 4,
             next_seq: 10,
             next_keyspace_id: 2,
-            sealed: vec![1, 2],
+            sealed: vec![
+                SealedSegment { id: 1, len: 4096 },
+                SealedSegment { id: 2, len: 77 },
+            ],
             active: Some(3),
+            high_water: 1_700_000_000,
+            retired: vec![],
             keyspaces: vec![KeyspaceMeta {
                 id: 1,
                 name: "orders".into(),
@@ -210,8 +261,11 @@ mod tests {
                 }],
             }],
         };
-        m.store(dir.path()).expect("store");
-        assert_eq!(Manifest::load(dir.path()).expect("load"), Some(m));
+        m.store(dir.path(), 5).expect("store");
+        assert_eq!(Manifest::load(dir.path()).expect("load"), Some(m.clone()));
+        m.store(dir.path(), 1_800_000_000).expect("store");
+        let back = Manifest::load(dir.path()).expect("load").expect("some");
+        assert_eq!(back.high_water, 1_800_000_000);
         let path = dir.path().join("MANIFEST");
         let mut b = fs::read(&path).expect("read");
         let last = b.len() - 1;

@@ -5,6 +5,7 @@
 //! - `MANIFEST`: the published set of segments and the keyspace catalogue (see `manifest.rs`).
 //! - `CLOCK`: the engine's time high-water mark (see `engine::clockfile`).
 //! - `NNNNNNNNNN.seg`: segments; `NNNNNNNNNN.hint`: their hint files.
+//! - `NNNNNNNNNN.seg.tmp`: a merge output not yet named by the manifest.
 
 // Never public, not even with `test-hooks`: these map, truncate and write segment files, and a
 // safe function that could map a file and then change it would be unsound (DESIGN.md §9).
@@ -35,13 +36,19 @@ pub fn segment_path(dir: &Path, id: u32) -> PathBuf {
     dir.join(format!("{id:010}.seg"))
 }
 
+/// Path under which a merge writes output segment `id` until the manifest names it.
+#[must_use]
+pub fn segment_tmp_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("{id:010}.seg.tmp"))
+}
+
 /// Path of the hint file of segment `id` in `dir`.
 #[must_use]
 pub fn hint_path(dir: &Path, id: u32) -> PathBuf {
     dir.join(format!("{id:010}.hint"))
 }
 
-/// Parses `NNNNNNNNNN.seg` / `NNNNNNNNNN.hint` file names.
+/// Parses `NNNNNNNNNN.seg` / `NNNNNNNNNN.hint` / `NNNNNNNNNN.seg.tmp` file names.
 #[must_use]
 pub fn parse_file_name(name: &str) -> Option<(u32, &'static str)> {
     let (stem, ext) = name.split_once('.')?;
@@ -52,6 +59,7 @@ pub fn parse_file_name(name: &str) -> Option<(u32, &'static str)> {
     match ext {
         "seg" => Some((id, "seg")),
         "hint" => Some((id, "hint")),
+        "seg.tmp" => Some((id, "seg.tmp")),
         _ => None,
     }
 }
@@ -76,6 +84,8 @@ mod tests {
         assert_eq!(parse_file_name(name), Some((42, "seg")));
         assert_eq!(parse_file_name("0000000042.hint"), Some((42, "hint")));
         assert_eq!(parse_file_name("42.seg"), None);
+        assert_eq!(parse_file_name("0000000042.seg.tmp"), Some((42, "seg.tmp")));
+        assert_eq!(parse_file_name("0000000042.hint.tmp"), None);
         assert_eq!(parse_file_name("MANIFEST"), None);
     }
 }

@@ -3,8 +3,15 @@
 //! A batch is accepted only when its header and every member decode; the callback sees the
 //! members (never the header) only after that check, so recovery applies a batch all or
 //! nothing.
+//!
+//! Two walks: [`scan`] stops at the first record that does not decode and reads an all-zero
+//! header as the end (the active segment's preallocated tail); [`scan_all`] walks a segment of
+//! known length to its end, treats zeros as damage and resynchronises after each damaged range
+//! ([`resync`]), so recovery can tell "damage followed by good records" from a torn tail.
 
-use crate::format::record::{self, Kind, Record};
+use crate::format::record::{
+    self, offsets, Kind, Record, FLAG_IN_BATCH, KNOWN_FLAGS, RECORD_HEADER_LEN,
+};
 use crate::format::{DecodeError, SEGMENT_HEADER_LEN};
 
 /// How a scan ended.
@@ -36,60 +43,152 @@ impl ScanEnd {
 }
 
 /// Calls `f(offset, record)` for every put and tombstone in `bytes` (a whole segment file,
-/// header included) in file order, stopping at the first record that does not decode.
+/// header included) in file order, stopping at the first record that does not decode. An
+/// all-zero record header ends the scan as [`ScanEnd::Clean`]: in the active segment that is
+/// the preallocated tail. (Sealed segments, whose length is known, use [`scan_all`].)
 pub fn scan<'a>(bytes: &'a [u8], mut f: impl FnMut(u32, u32, &Record<'a>)) -> ScanEnd {
     let mut pos = SEGMENT_HEADER_LEN;
     let mut members: Vec<(u32, u32, Record<'a>)> = Vec::new();
     while pos < bytes.len() {
-        let rest = bytes.get(pos..).unwrap_or_default();
-        let rec = match record::decode(rest) {
-            Ok(r) => r,
+        match unit(bytes, pos, &mut members) {
+            Ok(end) => {
+                for (off, l, m) in &members {
+                    f(*off, *l, m);
+                }
+                pos = end;
+            }
             Err(DecodeError::End) => return ScanEnd::Clean { end: pos },
             Err(err) => return ScanEnd::Bad { offset: pos, err },
-        };
-        let len = rec.encoded_len();
-        if rec.meta.kind != Kind::BatchHeader {
-            f(offset32(pos), len32(len), &rec);
-            pos += len;
-            continue;
-        }
-        let batch_start = pos;
-        let count = record::batch_count(&rec);
-        pos += len;
-        members.clear();
-        for _ in 0..count {
-            let rest = bytes.get(pos..).unwrap_or_default();
-            match record::decode(rest) {
-                Ok(m) if m.meta.kind != Kind::BatchHeader => {
-                    let mlen = m.encoded_len();
-                    members.push((offset32(pos), len32(mlen), m));
-                    pos += mlen;
-                }
-                Ok(_) => {
-                    return ScanEnd::Bad {
-                        offset: batch_start,
-                        err: DecodeError::BadField,
-                    }
-                }
-                Err(DecodeError::End) => {
-                    return ScanEnd::Bad {
-                        offset: batch_start,
-                        err: DecodeError::Truncated,
-                    }
-                }
-                Err(err) => {
-                    return ScanEnd::Bad {
-                        offset: batch_start,
-                        err,
-                    }
-                }
-            }
-        }
-        for (off, l, m) in &members {
-            f(*off, *l, m);
         }
     }
     ScanEnd::Clean { end: pos }
+}
+
+/// A damaged range of a segment: bytes in which no record (or whole batch) starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Damage {
+    /// First damaged byte (where a record should have started).
+    pub offset: usize,
+    /// Where the next record that decodes starts (or the end of the scanned range).
+    pub end: usize,
+    /// Why the record at `offset` did not decode (`End` for zeroed bytes).
+    pub err: DecodeError,
+}
+
+impl Damage {
+    /// Bytes skipped.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.end - self.offset
+    }
+
+    /// True for an empty range (never produced by the scanners).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.end == self.offset
+    }
+}
+
+/// Scans `bytes[..end]` (a segment, header included) all the way to `end`, for segments whose
+/// length is known: zeroed bytes before `end` are damage, not the end of the data. After a
+/// bad record it looks for the next offset where a record (or a whole batch) decodes
+/// ([`resync`]), reports the skipped range, and goes on; `f` sees every record of every unit
+/// that decodes. Returns the damaged ranges, in file order (empty for a whole segment).
+pub fn scan_all<'a>(
+    bytes: &'a [u8],
+    end: usize,
+    mut f: impl FnMut(u32, u32, &Record<'a>),
+) -> Vec<Damage> {
+    let bytes = bytes.get(..end).unwrap_or(bytes);
+    let mut damage = Vec::new();
+    let mut pos = SEGMENT_HEADER_LEN;
+    let mut members: Vec<(u32, u32, Record<'a>)> = Vec::new();
+    while pos < bytes.len() {
+        match unit(bytes, pos, &mut members) {
+            Ok(next) => {
+                for (off, l, m) in &members {
+                    f(*off, *l, m);
+                }
+                pos = next;
+            }
+            Err(err) => {
+                let next = resync(bytes, pos + 1);
+                damage.push(Damage {
+                    offset: pos,
+                    end: next,
+                    err,
+                });
+                pos = next;
+            }
+        }
+    }
+    damage
+}
+
+/// The first offset at or after `from` where a record (or a whole batch) decodes, or
+/// `bytes.len()` if there is none. Cheap field checks come before the CRC, so sliding over
+/// garbage or zeros costs a few comparisons per byte. A batch member is never a place to
+/// resume: a batch whose header is lost is skipped whole (all or nothing, even in salvage),
+/// and the members of a torn batch at the end of the active segment do not make its tail
+/// look like damage followed by good records.
+#[must_use]
+pub fn resync(bytes: &[u8], from: usize) -> usize {
+    let mut members = Vec::new();
+    let mut pos = from;
+    while pos + RECORD_HEADER_LEN <= bytes.len() {
+        if plausible(bytes, pos) && unit(bytes, pos, &mut members).is_ok() {
+            return pos;
+        }
+        pos += 1;
+    }
+    bytes.len()
+}
+
+/// Header fields a record written by this engine always has (known kind and flags, zero
+/// reserved bytes), and not a batch member.
+fn plausible(bytes: &[u8], pos: usize) -> bool {
+    let Some(h) = bytes.get(pos..pos + RECORD_HEADER_LEN) else {
+        return false;
+    };
+    matches!(h[offsets::KIND], 1..=3)
+        && h[offsets::FLAGS] & !KNOWN_FLAGS == 0
+        && h[offsets::FLAGS] & FLAG_IN_BATCH == 0
+        && h[offsets::FLAGS + 1] == 0
+        && h[offsets::FLAGS + 2] == 0
+}
+
+/// Decodes the unit at `pos`: one put or tombstone, or a batch header and all its members.
+/// On success `members` holds the records to apply (never the batch header) and the result is
+/// where the unit ends.
+fn unit<'a>(
+    bytes: &'a [u8],
+    pos: usize,
+    members: &mut Vec<(u32, u32, Record<'a>)>,
+) -> Result<usize, DecodeError> {
+    members.clear();
+    let rest = bytes.get(pos..).unwrap_or_default();
+    let rec = record::decode(rest)?;
+    let len = rec.encoded_len();
+    if rec.meta.kind != Kind::BatchHeader {
+        members.push((offset32(pos), len32(len), rec));
+        return Ok(pos + len);
+    }
+    let count = record::batch_count(&rec);
+    let mut at = pos + len;
+    for _ in 0..count {
+        let rest = bytes.get(at..).unwrap_or_default();
+        match record::decode(rest) {
+            Ok(m) if m.meta.kind != Kind::BatchHeader => {
+                let mlen = m.encoded_len();
+                members.push((offset32(at), len32(mlen), m));
+                at += mlen;
+            }
+            Ok(_) => return Err(DecodeError::BadField),
+            Err(DecodeError::End) => return Err(DecodeError::Truncated),
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(at)
 }
 
 fn offset32(pos: usize) -> u32 {
@@ -145,6 +244,40 @@ mod tests {
         let end = scan(&b, |_, _, r| seen.push(r.meta.seq));
         assert_eq!(end, ScanEnd::Clean { end: b.len() });
         assert_eq!(seen, vec![1, 3, 4]);
+    }
+
+    #[test]
+    fn scan_all_reports_zeroed_and_flipped_ranges_and_keeps_the_rest() {
+        let (mut b, batch_at) = file_with_batch();
+        let len = b.len();
+        // Zero the first record: scan() sees a clean end, scan_all() damage then the batch.
+        b[32..batch_at].fill(0);
+        assert_eq!(scan(&b, |_, _, _| {}), ScanEnd::Clean { end: 32 });
+        let mut seen = Vec::new();
+        let d = scan_all(&b, len, |_, _, r| seen.push(r.meta.seq));
+        assert_eq!(
+            d,
+            vec![Damage {
+                offset: 32,
+                end: batch_at,
+                err: DecodeError::End
+            }]
+        );
+        assert_eq!(seen, vec![3, 4]);
+        // A flipped byte in the batch header: the batch is skipped whole (its members are
+        // never applied without it).
+        let (mut b, batch_at) = file_with_batch();
+        b[batch_at + 20] ^= 1;
+        let mut seen = Vec::new();
+        let d = scan_all(&b, len, |_, _, r| seen.push(r.meta.seq));
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].offset, d[0].end), (batch_at, len));
+        assert_eq!(seen, vec![1]);
+        // A whole file has no damage; a file cut short has its tail reported.
+        let (b, _) = file_with_batch();
+        assert!(scan_all(&b, len, |_, _, _| {}).is_empty());
+        let d = scan_all(&b[..len - 3], len - 3, |_, _, _| {});
+        assert_eq!(d.last().map(|d| d.end), Some(len - 3));
     }
 
     #[test]

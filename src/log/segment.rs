@@ -1,6 +1,7 @@
 //! A sealed segment: an immutable file read through a read-only mapping.
 //!
-//! Invariant: once a `Segment` exists its file is never written again. When compaction retires
+//! Invariant: once a `Segment` exists its file is never written again. A segment found damaged
+//! (by opening or by a merge's check) is marked so and never merged, dropped or hinted. When compaction retires
 //! a segment it is marked obsolete and its files are unlinked when the last `Arc<Segment>` (the
 //! last reader holding the mapping) is dropped.
 
@@ -25,6 +26,7 @@ pub struct Segment {
     hint: PathBuf,
     map: Option<Mmap>,
     obsolete: AtomicBool,
+    damaged: AtomicBool,
 }
 
 impl Segment {
@@ -53,7 +55,47 @@ impl Segment {
             path,
             map,
             obsolete: AtomicBool::new(false),
+            damaged: AtomicBool::new(false),
         })
+    }
+
+    /// Opens segment `id` for salvage: like [`Segment::open`], but a header that fails its
+    /// checks is replaced by `{id, created_seq: 0}` (0 is the safe guess for the
+    /// no-resurrection rule: it only ever makes a merge keep more markers) and the segment is
+    /// marked damaged.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be opened or mapped.
+    pub fn open_damaged(dir: &Path, id: u32) -> Result<Self> {
+        let path = segment_path(dir, id);
+        let file = File::open(&path)?;
+        let map = mmap::map_sealed(&file)?;
+        let bytes: &[u8] = map.as_deref().unwrap_or_default();
+        let header = SegmentHeader::decode(bytes)
+            .ok()
+            .filter(|h| h.id == id)
+            .unwrap_or(SegmentHeader { id, created_seq: 0 });
+        Ok(Self {
+            id,
+            header,
+            hint: hint_path(dir, id),
+            path,
+            map,
+            obsolete: AtomicBool::new(false),
+            damaged: AtomicBool::new(true),
+        })
+    }
+
+    /// Records that damage was found in this segment: it is never merged or dropped (its
+    /// unreadable bytes cannot be proven dead), and it gets no hint.
+    pub fn mark_damaged(&self) {
+        self.damaged.store(true, Ordering::SeqCst);
+    }
+
+    /// True once damage was found in this segment.
+    #[must_use]
+    pub fn is_damaged(&self) -> bool {
+        self.damaged.load(Ordering::SeqCst)
     }
 
     /// All bytes of the file.
