@@ -16,7 +16,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
-use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
+use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState, WriteSecs};
 use crate::log::active::ActiveWriter;
 use crate::log::manifest::{KeyspaceMeta, StoreError};
 use crate::log::segment::Segment;
@@ -91,6 +91,19 @@ pub(crate) fn next_id(id: u32) -> Result<u32> {
         .ok_or_else(|| Error::TooLarge("file or keyspace ids exhausted".into()))
 }
 
+/// Refuses a write at a second the key directory cannot hold ([`WriteSecs::MAX`], the year
+/// 36812), before anything is written, rather than storing a wrong `_ts`.
+fn check_write_second(now: u64) -> Result<()> {
+    if now > WriteSecs::MAX {
+        return Err(Error::BadRequest(format!(
+            "the clock reads {now} s since the Unix epoch; write times up to {} s (year 36812) \
+             can be stored",
+            WriteSecs::MAX
+        )));
+    }
+    Ok(())
+}
+
 /// What a write did to each op: whether a live version existed before it.
 pub(crate) type Existed = Vec<bool>;
 
@@ -155,6 +168,7 @@ impl Inner {
         self.check_writable()?;
         let now_ms = self.now_ms();
         let now = now_ms / 1000;
+        check_write_second(now)?;
         let mut timers = Vec::new();
         let (existed, pos) = {
             let mut log = self.log.lock();
@@ -228,10 +242,7 @@ impl Inner {
                 let live = match &slot {
                     Entry_::Occupied(o) => {
                         let e = o.get();
-                        !ttl::is_expired(
-                            ttl::expires_at(u64::from(e.ts), e.own_ttl(), history),
-                            now,
-                        )
+                        !ttl::is_expired(ttl::expires_at(e.ts.get(), e.own_ttl(), history), now)
                     }
                     Entry_::Vacant(_) => false,
                 };
@@ -265,11 +276,11 @@ impl Inner {
                         file,
                         offset: u32::try_from(at).unwrap_or(u32::MAX),
                         len: u32::try_from(len).unwrap_or(u32::MAX),
-                        ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
+                        ts: WriteSecs::saturating(meta.ts()),
                         ttl: own.to_wire(),
                         flags,
                     };
-                    let deadline = ttl::expires_at(u64::from(entry.ts), own, history);
+                    let deadline = ttl::expires_at(entry.ts.get(), own, history);
                     if deadline != ttl::NEVER {
                         timers.push((
                             deadline,
@@ -514,7 +525,7 @@ impl Inner {
                 continue;
             }
             let deadline = st.expires_at(e);
-            let earlier = ttl::expires_at(u64::from(e.ts), e.own_ttl(), &before);
+            let earlier = ttl::expires_at(e.ts.get(), e.own_ttl(), &before);
             if deadline != ttl::NEVER && deadline < earlier {
                 timers.push((deadline, Box::<[u8]>::from(key.as_slice()), e.seq));
             }
