@@ -46,9 +46,6 @@ pub enum Error {
         "store is poisoned after a failed fsync or write; reopen it to recover acknowledged data"
     )]
     Poisoned,
-    /// A background worker failed (panic or I/O error); the message says what happened.
-    #[error("background worker failed: {0}")]
-    Worker(String),
     /// The store has been closed.
     #[error("store is closed")]
     Closed,
@@ -99,11 +96,7 @@ impl Error {
             Error::PreconditionFailed(_) => 412,
             Error::TooLarge(_) => 413,
             Error::Locked(_) => 423,
-            Error::Corruption { .. }
-            | Error::Poisoned
-            | Error::Worker(_)
-            | Error::Closed
-            | Error::Io { .. } => 500,
+            Error::Corruption { .. } | Error::Poisoned | Error::Closed | Error::Io { .. } => 500,
         }
     }
 

@@ -1,14 +1,28 @@
-//! Fault injection for tests: make the k-th create, write, fsync, rename or truncate under one
-//! directory fail (a write may also go through only in part, or fail with `ENOSPC`).
+//! The engine's I/O hooks, for tests: fault injection and a power-loss model.
 //!
-//! Every file-mutating call site of the engine goes through [`check`] (or [`write_all_at`]) with
-//! the path it touches. With no plan armed this is one relaxed atomic load. A plan applies only
-//! to paths under its directory, so tests running in parallel in one process do not interfere.
-//! Not part of the stable API.
+//! - **Faults**: make the k-th create, write, fsync, rename or truncate under one directory fail
+//!   (a write may also go through only in part, or fail with `ENOSPC`). Every file-mutating
+//!   call site of the engine goes through [`check`] (or [`write_all_at`]) with the path it
+//!   touches.
+//! - **Power loss**: every fsync of a file or a directory goes through [`sync_file`] /
+//!   [`sync_dir`]. A directory being [`track`]ed records what each fsync made durable: a file's
+//!   content as of the fsync (read just before it, so bytes written concurrently count as not
+//!   durable), and, at a directory fsync, which names point at which files. [`power_loss`] then
+//!   puts the directory back to exactly that: every durable name with its durable content,
+//!   nothing else (un-fsynced writes, creates, renames and deletions are undone). Files are
+//!   identified by inode, and the tracker keeps a handle on each so an inode cannot be reused
+//!   while it is tracked. [`freeze_after`] makes every fsync after the n-th count for nothing,
+//!   as if the power went out at that moment while the process ran on.
+//!
+//! With nothing armed or tracked each hook is one relaxed atomic load. Plans and trackers apply
+//! only to paths under their directory, so tests running in parallel do not interfere. Not part
+//! of the stable API.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -141,4 +155,206 @@ pub fn write_all_at(file: &File, path: &Path, buf: &[u8], at: u64) -> io::Result
             Err(error(no_space))
         }
     }
+}
+
+// ---- power-loss model ----------------------------------------------------------------------
+
+/// What one tracked directory has made durable.
+struct Tracker {
+    dir: PathBuf,
+    /// Durable content by inode, with a handle that keeps the inode from being reused.
+    content: HashMap<u64, (File, Vec<u8>)>,
+    /// Durable directory entries: name → inode.
+    names: BTreeMap<String, u64>,
+    /// fsyncs (file or directory) counted so far.
+    syncs: u64,
+    /// After this many fsyncs, later ones make nothing durable.
+    freeze_after: Option<u64>,
+}
+
+impl Tracker {
+    fn frozen(&self) -> bool {
+        self.freeze_after.is_some_and(|n| self.syncs >= n)
+    }
+}
+
+static TRACKING: AtomicBool = AtomicBool::new(false);
+static TRACKERS: Mutex<Vec<Tracker>> = Mutex::new(Vec::new());
+
+/// Files of the model: everything in the directory but the lock file.
+fn model_files(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "LOCK" || !entry.file_type()?.is_file() {
+            continue;
+        }
+        out.push((name, entry.path()));
+    }
+    Ok(out)
+}
+
+/// Starts tracking `dir`: everything in it now counts as durable.
+///
+/// # Errors
+/// Reading the directory or its files.
+pub fn track(dir: &Path) -> io::Result<()> {
+    let mut t = Tracker {
+        dir: dir.to_path_buf(),
+        content: HashMap::new(),
+        names: BTreeMap::new(),
+        syncs: 0,
+        freeze_after: None,
+    };
+    for (name, path) in model_files(dir)? {
+        let file = File::open(&path)?;
+        let ino = file.metadata()?.ino();
+        let bytes = std::fs::read(&path)?;
+        t.content.insert(ino, (file, bytes));
+        t.names.insert(name, ino);
+    }
+    let mut all = TRACKERS.lock();
+    all.retain(|x| x.dir != dir);
+    all.push(t);
+    TRACKING.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// From the `n`-th fsync under `dir` on (counting from when it was tracked), fsyncs make
+/// nothing durable: the power is out, but the process does not know.
+pub fn freeze_after(dir: &Path, n: u64) {
+    if let Some(t) = TRACKERS.lock().iter_mut().find(|t| t.dir == dir) {
+        t.freeze_after = Some(n);
+    }
+}
+
+/// Whether the power is already out for `dir` (see [`freeze_after`]).
+#[must_use]
+pub fn is_frozen(dir: &Path) -> bool {
+    TRACKERS.lock().iter().any(|t| t.dir == dir && t.frozen())
+}
+
+/// fsyncs counted under `dir` so far.
+#[must_use]
+pub fn syncs(dir: &Path) -> u64 {
+    TRACKERS
+        .lock()
+        .iter()
+        .find(|t| t.dir == dir)
+        .map_or(0, |t| t.syncs)
+}
+
+/// Simulates the power going out: stops tracking `dir` and puts it back to what was durable.
+/// Every handle of the store must be gone (the test first crashes it, e.g. with
+/// `Store::simulate_crash`, and drops it).
+///
+/// # Errors
+/// `NotFound` if `dir` is not tracked; I/O errors rewriting the files.
+pub fn power_loss(dir: &Path) -> io::Result<()> {
+    let t = {
+        let mut all = TRACKERS.lock();
+        let Some(i) = all.iter().position(|t| t.dir == dir) else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} is not tracked", dir.display()),
+            ));
+        };
+        let t = all.swap_remove(i);
+        TRACKING.store(!all.is_empty(), Ordering::SeqCst);
+        t
+    };
+    for (_, path) in model_files(dir)? {
+        std::fs::remove_file(path)?;
+    }
+    for (name, ino) in &t.names {
+        let bytes = t.content.get(ino).map_or(&[][..], |(_, b)| b.as_slice());
+        std::fs::write(dir.join(name), bytes)?;
+    }
+    Ok(())
+}
+
+/// The tracker for `path` (a file in a tracked directory, or the directory), if any.
+fn with_tracker<R>(path: &Path, f: impl FnOnce(&mut Tracker) -> R) -> Option<R> {
+    if !TRACKING.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut all = TRACKERS.lock();
+    let t = all
+        .iter_mut()
+        .find(|t| path == t.dir || path.parent() == Some(t.dir.as_path()))?;
+    Some(f(t))
+}
+
+/// fsyncs `file` (at `path`): data only with `data_only`, else data and metadata. Subject to
+/// the fault plan; recorded by the power-loss model.
+///
+/// # Errors
+/// The injected error or the OS error.
+pub fn sync_file(file: &File, path: &Path, data_only: bool) -> io::Result<()> {
+    check(path, FaultKind::Sync)?;
+    // What the fsync is sure to cover: the content before it starts.
+    let before = if TRACKING.load(Ordering::Relaxed) {
+        with_tracker(path, |_| ()).and_then(|()| {
+            let handle = File::open(path).ok()?;
+            let ino = handle.metadata().ok()?.ino();
+            let bytes = std::fs::read(path).ok()?;
+            Some((ino, handle, bytes))
+        })
+    } else {
+        None
+    };
+    if data_only {
+        file.sync_data()?;
+    } else {
+        file.sync_all()?;
+    }
+    if let Some((ino, handle, bytes)) = before {
+        with_tracker(path, |t| {
+            t.syncs += 1;
+            if !t.frozen() {
+                t.content.insert(ino, (handle, bytes));
+            }
+        });
+    }
+    Ok(())
+}
+
+/// fsyncs directory `dir` so that creations, renames and deletions in it are durable. Subject to
+/// the fault plan; recorded by the power-loss model.
+///
+/// # Errors
+/// The injected error or the OS error.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    check(dir, FaultKind::Sync)?;
+    let listing = if TRACKING.load(Ordering::Relaxed) && with_tracker(dir, |_| ()).is_some() {
+        let mut names = BTreeMap::new();
+        let mut handles = Vec::new();
+        for (name, path) in model_files(dir)? {
+            if let Ok(f) = File::open(&path) {
+                let ino = f.metadata()?.ino();
+                names.insert(name, ino);
+                handles.push((ino, f));
+            }
+        }
+        Some((names, handles))
+    } else {
+        None
+    };
+    File::open(dir)?.sync_all()?;
+    if let Some((names, handles)) = listing {
+        with_tracker(dir, |t| {
+            t.syncs += 1;
+            if t.frozen() {
+                return;
+            }
+            // A name whose file was never fsynced keeps no content (it reads back empty),
+            // unless the file's content was recorded earlier.
+            for (ino, f) in handles {
+                t.content.entry(ino).or_insert((f, Vec::new()));
+            }
+            t.names = names;
+        });
+    }
+    Ok(())
 }

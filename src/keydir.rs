@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicBool;
 
 use parking_lot::RwLock;
 
+use crate::expiry::wheel::TimerHandle;
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
 /// A key as stored in the key directory: keys up to 16 bytes live inline in the map's nodes, so
@@ -22,7 +23,7 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 pub type Key = smallvec::SmallVec<[u8; 16]>;
 
 /// A write second in 40 bits (5 bytes, alignment 1): up to 2^40 - 1 s after the Unix epoch,
-/// the year 36812. Keeps [`Entry`] at 32 bytes where a `u64` would make it 40; a `u32` ran out
+/// the year 36812. Keeps [`Entry`] at 40 bytes where a `u64` would make it 48; a `u32` ran out
 /// in 2106.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriteSecs([u8; 5]);
@@ -56,7 +57,7 @@ impl WriteSecs {
     }
 }
 
-/// Location and expiry metadata of a key's newest record (32 bytes).
+/// Location and expiry metadata of a key's newest record (40 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     /// Sequence number of the record.
@@ -73,6 +74,10 @@ pub struct Entry {
     pub ttl: i32,
     /// Record flags (SHADOWS).
     pub flags: u8,
+    /// The key's one expiry timer, if armed ([`TimerHandle::NONE`] otherwise). A later version
+    /// of the key takes the timer over and moves it (re-armed in place), so the wheel holds at
+    /// most one timer per key, however often the key is rewritten.
+    pub timer: TimerHandle,
 }
 
 impl Entry {
@@ -90,6 +95,9 @@ pub struct KeyspaceState {
     pub map: BTreeMap<Key, Entry>,
     /// Default-TTL settings, oldest first.
     pub history: Vec<TtlChange>,
+    /// One past the sequence number of the last write applied to this keyspace: a scan that
+    /// starts now has seen every record below it (see `scans.rs`).
+    pub applied_seq: u64,
 }
 
 impl KeyspaceState {
@@ -131,6 +139,8 @@ pub struct KeyspaceCore {
     pub state: RwLock<KeyspaceState>,
     /// Set when the keyspace is deleted; handles still held by callers then fail with 404.
     pub dropped: AtomicBool,
+    /// Open scans and the batch before-images they need (taken after `state`).
+    pub(crate) scans: parking_lot::Mutex<crate::scans::ScanRegistry>,
 }
 
 #[cfg(test)]
@@ -139,7 +149,7 @@ mod tests {
 
     #[test]
     fn entry_is_small() {
-        assert_eq!(std::mem::size_of::<Entry>(), 32);
+        assert_eq!(std::mem::size_of::<Entry>(), 40);
     }
 
     #[test]
@@ -168,6 +178,7 @@ mod tests {
             ts: WriteSecs::saturating(100),
             ttl: 0,
             flags: 0,
+            timer: TimerHandle::NONE,
         };
         st.map.insert(Key::from_slice(b"k"), e);
         assert!(st.live(b"k", 109).is_some());

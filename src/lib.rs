@@ -11,7 +11,9 @@
 //!   per-item `ttl`, `_ts` and `_etag`.
 //! - [`Store`] / [`Keyspace`]: the byte key-value engine underneath, with the same TTL rules.
 //!
-//! See `DESIGN.md` for the on-disk format and the crash-safety argument.
+//! The user-facing contract (time and TTL rules, validation and exact error texts, status codes,
+//! number round-trips, API) is `docs/contract.md` in the repository; "§N" in these docs refers to
+//! its sections. See `DESIGN.md` for the on-disk format and the crash-safety argument.
 
 pub mod clock;
 pub mod compaction;
@@ -25,6 +27,7 @@ pub mod format;
 pub mod keydir;
 pub mod log;
 mod options;
+mod scans;
 pub mod stats;
 pub mod ttl;
 

@@ -107,8 +107,14 @@ pub struct Stats {
     pub expirations: u64,
     /// Merges run since open.
     pub merges: u64,
-    /// The last background failure, if any.
+    /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
+    /// deadline, however often keys are rewritten.
+    pub timers_armed: usize,
+    /// The last background job's failure, until a later job succeeds (failing merges are
+    /// retried with exponential backoff, from 1 s up to 60 s).
     pub worker_error: Option<String>,
+    /// Background jobs that failed since open.
+    pub worker_failures: u64,
 }
 
 /// What a compaction did.
@@ -188,6 +194,11 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     st.oldest_unpurged_expiry = (oldest != ttl::NEVER).then_some(oldest);
     st.expirations = inner.expirations.load(Ordering::Relaxed);
     st.merges = inner.merges.load(Ordering::Relaxed);
-    st.worker_error.clone_from(&inner.worker_error.lock());
+    st.timers_armed = inner.expiry.lock().wheel.len();
+    {
+        let w = inner.worker_error.lock();
+        st.worker_error.clone_from(&w.last);
+        st.worker_failures = w.failures;
+    }
     st
 }

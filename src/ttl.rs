@@ -1,4 +1,4 @@
-//! TTL policy and expiry maths (SPEC §2).
+//! TTL policy and expiry maths (`docs/contract.md` §2).
 //!
 //! An item's expiry is a pure function of three things that are all durable: its write second
 //! `ts`, its own TTL, and the keyspace's *history* of default-TTL settings. Reads evaluate that
@@ -131,7 +131,8 @@ pub fn deadline_under(ts: u64, own: ItemTtl, default: DefaultTtl) -> u64 {
 /// count during the second of a change, so a reader that saw the item expired in that second
 /// under the old setting can never see it alive again under the new one. The item is expired at
 /// the first second, in any interval that overlaps its life, at which that interval's setting
-/// says it is past its deadline. Later settings never undo an earlier expiry (SPEC §2 rule 7).
+/// says it is past its deadline. Later settings never undo an earlier expiry
+/// (`docs/contract.md` §2 rule 7).
 #[must_use]
 pub fn expires_at(ts: u64, own: ItemTtl, history: &[TtlChange]) -> u64 {
     if let [only] = history {
@@ -163,8 +164,8 @@ pub(crate) fn invalid_ttl(field: &str, shown: &str) -> crate::error::Error {
     ))
 }
 
-/// True when an item with deadline `expires_at` is expired at second `now` (SPEC §1:
-/// `_ts + e <= now_s`).
+/// True when an item with deadline `expires_at` is expired at second `now`
+/// (`docs/contract.md` §1: `_ts + e <= now_s`).
 #[must_use]
 pub fn is_expired(expires_at: u64, now: u64) -> bool {
     expires_at <= now

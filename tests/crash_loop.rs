@@ -1,11 +1,14 @@
-//! Kill -9 crash loop. The test re-runs its own binary as a child that writes with
-//! `SyncPolicy::Always` (puts with and without TTL, deletes, batches, default-TTL changes,
-//! document upserts) while the background worker reaps and compacts small segments. The child
-//! reports each operation before it starts ("I ...") and once it is acknowledged ("A"). The
-//! parent SIGKILLs it at a random moment, reopens, and checks: every acknowledged write is
-//! there or has correctly expired, nothing deleted or expired came back, no value is corrupt,
-//! and a batch is all or nothing. The one operation in flight at the kill may or may not have
-//! happened.
+//! Kill -9 crash loop. The test re-runs its own binary as a child that writes (puts with and
+//! without TTL, deletes, batches, default-TTL changes, document upserts, explicit `sync()`s)
+//! while the background worker reaps and compacts small segments. Each cycle uses one sync
+//! policy, in turn `Always`, `Never` and `Periodic`. The child reports each operation before it
+//! starts ("I ...") and once it is acknowledged ("A"). The parent SIGKILLs it at a random
+//! moment, reopens, and checks: every durable write is there or has correctly expired, nothing
+//! deleted or expired came back, no value is corrupt, and a batch is all or nothing. A write is
+//! durable when acknowledged under `Always`, or once a later `sync()` was acknowledged under
+//! `Never`/`Periodic`; the writes after the last durable point may be lost, but only as a
+//! suffix: the store must equal the model after some prefix of them (the in-flight operation
+//! included or not). Default-TTL changes are durable when acknowledged, under every policy.
 //!
 //! Cycles: `EBBDB_CRASH_CYCLES` (default 4; CI runs 30). Seed: `EBBDB_CRASH_SEED`.
 
@@ -38,9 +41,18 @@ impl Rng {
     }
 }
 
-fn child_opts() -> Options {
+/// The sync policy of cycle `n` (the child reads it from `EBBDB_CRASH_SYNC`).
+fn policy(name: &str) -> SyncPolicy {
+    match name {
+        "never" => SyncPolicy::Never,
+        "periodic" => SyncPolicy::Periodic(Duration::from_millis(30)),
+        _ => SyncPolicy::Always,
+    }
+}
+
+fn child_opts(sync: SyncPolicy) -> Options {
     Options::default()
-        .sync(SyncPolicy::Always)
+        .sync(sync)
         .segment_size(16 * 1024)
         .tick_interval(Duration::from_millis(20))
         .compaction_dead_ratio(0.3)
@@ -58,7 +70,8 @@ fn crash_child() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mut rng = Rng(seed | 1);
-    let db = Database::open_with(&dir, child_opts()).expect("child open");
+    let sync = policy(&std::env::var("EBBDB_CRASH_SYNC").unwrap_or_default());
+    let db = Database::open_with(&dir, child_opts(sync)).expect("child open");
     let store = db.store().clone();
     let ks = store
         .keyspace_or_create("ks", DefaultTtl::NeverExpire)
@@ -78,7 +91,12 @@ fn crash_child() {
         n += 1;
         let key = format!("k{}", rng.below(KEYS));
         let value = format!("{seed}-{n}");
-        match rng.below(20) {
+        match rng.below(21) {
+            20 => {
+                let _ = writeln!(out, "I {} S", now_ms());
+                let _ = out.flush();
+                store.sync().expect("sync");
+            }
             0..=7 => {
                 let _ = writeln!(out, "I {} P {key} {value} {LONG}", now_ms());
                 let _ = out.flush();
@@ -205,6 +223,7 @@ fn apply(
         ["I", "J", k, v] => {
             docs.insert((*k).to_string(), (*v).to_string());
         }
+        ["I", "S"] => {}
         other => panic!("unknown log line {other:?}"),
     }
 }
@@ -256,7 +275,12 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
     let mut docs = BTreeMap::new();
     let mut default: i64 = -1;
     let mut acked_total = 0u64;
+    // Operations acknowledged since the last durable point: (op, started, acknowledged).
+    let mut tail: Vec<(String, u64, u64)> = Vec::new();
+    let names = ["always", "never", "periodic"];
     for cycle in 0..cycles {
+        let sync_name = names[(cycle % 3) as usize];
+        let always = sync_name == "always";
         let mut child = Command::new(&exe)
             .args([
                 "--ignored",
@@ -266,6 +290,7 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
                 "--test-threads=1",
             ])
             .env("EBBDB_CRASH_DIR", dir.path())
+            .env("EBBDB_CRASH_SYNC", sync_name)
             .env(
                 "EBBDB_CRASH_CHILD_SEED",
                 (seed ^ (cycle + 1).wrapping_mul(0x9E37)).to_string(),
@@ -290,8 +315,19 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         let mut drain = |pending: &mut Option<(String, u64)>, line: String| match stamp(&line) {
             Some(("A", at, _)) => {
                 if let Some((op, t0)) = pending.take() {
-                    apply(&mut state, &mut docs, &mut default, &op, t0, at);
                     acked += 1;
+                    if op.starts_with("I T") {
+                        // Durable once acknowledged (the manifest), whatever the policy.
+                        apply(&mut state, &mut docs, &mut default, &op, t0, at);
+                    } else if always {
+                        apply(&mut state, &mut docs, &mut default, &op, t0, at);
+                    } else if op == "I S" {
+                        for (op, t0, at) in tail.drain(..) {
+                            apply(&mut state, &mut docs, &mut default, &op, t0, at);
+                        }
+                    } else {
+                        tail.push((op, t0, at));
+                    }
                 }
             }
             Some(("I", at, op)) => *pending = Some((op, at)),
@@ -312,58 +348,57 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         let _ = reader.join();
         acked_total += acked;
 
-        // Verify.
+        // Verify: the store must equal the durable model plus some prefix of the operations
+        // after it (the in-flight one last, if it is a write).
         let db = Database::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
         let ks = db.store().keyspace("ks")?;
+        let c = db.container("docs")?;
         let now = now_s();
-        // The in-flight op may or may not have happened: accept either model.
-        let mut alt_state = state.clone();
-        let mut alt_docs = docs.clone();
-        let mut alt_default = default;
-        if let Some((op, t0)) = &pending {
-            apply(
-                &mut alt_state,
-                &mut alt_docs,
-                &mut alt_default,
-                op,
-                *t0,
-                now,
-            );
-        }
-        let mut took_alt = false;
+        let mut got = BTreeMap::new();
+        let mut got_docs = BTreeMap::new();
         for k in 0..KEYS {
             let key = format!("k{k}");
-            let got = ks
+            let v = ks
                 .get(&key)?
                 .map(|v| String::from_utf8(v).expect("utf-8 value"));
-            let want = state.get(&key).cloned().unwrap_or(Val::Absent);
-            let alt = alt_state.get(&key).cloned().unwrap_or(Val::Absent);
-            let ok = allowed(&want, got.as_deref(), now);
-            let ok_alt = allowed(&alt, got.as_deref(), now);
-            assert!(ok || ok_alt, "cycle {cycle} seed {seed}: {key} = {got:?}, acked model {want:?}, in-flight {pending:?}");
-            took_alt |= !ok && ok_alt;
-        }
-        if took_alt {
-            // The in-flight op happened (in full: batches are atomic): it is now acknowledged.
-            state = alt_state;
-            docs = alt_docs;
-            default = alt_default;
-        }
-        let c = db.container("docs")?;
-        // An in-flight document upsert that landed is acknowledged from now on.
-        if let Some((op, _)) = &pending {
-            if let ["I", "J", id, v] = op.split_whitespace().collect::<Vec<_>>().as_slice() {
-                if let Ok(got) = c.read_item::<serde_json::Value>("p", id) {
-                    if got["v"] == *v {
-                        docs.insert((*id).to_string(), (*v).to_string());
-                    }
-                }
+            got.insert(key.clone(), v);
+            if let Ok(doc) = c.read_item::<serde_json::Value>("p", &key) {
+                got_docs.insert(key, doc["v"].as_str().unwrap_or_default().to_string());
             }
         }
-        for (id, v) in &docs {
-            let got: serde_json::Value = c.read_item("p", id)?;
-            assert_eq!(got["v"], *v, "cycle {cycle} seed {seed}: doc {id}");
+        let mut candidates: Vec<(String, u64, u64)> = tail.clone();
+        if let Some((op, t0)) = &pending {
+            if !op.starts_with("I T") && op != "I S" {
+                candidates.push((op.clone(), *t0, now));
+            }
         }
+        let mut model = (state.clone(), docs.clone(), default);
+        let mut matched = None;
+        for n in 0..=candidates.len() {
+            if n > 0 {
+                let (op, t0, at) = &candidates[n - 1];
+                apply(&mut model.0, &mut model.1, &mut model.2, op, *t0, *at);
+            }
+            let keys_ok = (0..KEYS).all(|k| {
+                let key = format!("k{k}");
+                let want = model.0.get(&key).cloned().unwrap_or(Val::Absent);
+                allowed(&want, got.get(&key).cloned().flatten().as_deref(), now)
+            });
+            if keys_ok && model.1 == got_docs {
+                matched = Some(model.clone());
+            }
+        }
+        let Some(recovered) = matched else {
+            panic!(
+                "cycle {cycle} ({sync_name}) seed {seed}: the store matches no prefix of the {} \
+                 operations after the last durable point; store {got:?}, docs {got_docs:?}, \
+                 durable model {state:?}, in flight {pending:?}",
+                tail.len()
+            );
+        };
+        // What was recovered is the history from now on.
+        (state, docs) = (recovered.0, recovered.1);
+        tail.clear();
         let want_default = if default == -1 {
             DefaultTtl::NeverExpire
         } else {
@@ -374,7 +409,7 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             .is_some_and(|(op, _)| op.starts_with("I T"));
         assert!(
             ks.default_ttl() == want_default || alt_ok,
-            "default TTL lost"
+            "cycle {cycle} seed {seed}: default TTL lost"
         );
         if alt_ok {
             default = match ks.default_ttl() {

@@ -1,4 +1,5 @@
-//! SPEC §3: every validation and error row, with the exact Cosmos messages where SPEC gives them.
+//! `docs/contract.md` §3: every validation and error row, with the exact Cosmos messages where
+//! the contract gives them.
 
 use ebbdb::clock::ManualClock;
 use ebbdb::{

@@ -1,9 +1,9 @@
 //! Model test: random sequences of item writes, reads, deletes, default-TTL changes, clock
 //! moves, expiry, compaction and reopens, checked after every step against a plain in-memory
-//! model that implements SPEC §2 on its own (it shares no code with `ebbdb::ttl`).
+//! model that implements `docs/contract.md` §2 on its own (it shares no code with `ebbdb::ttl`).
 //!
-//! The model's expiry rule, straight from SPEC §1–§2: an item written at second `ts` with its
-//! own ttl is expired at second `now` if some default-TTL setting that was in force at some
+//! The model's expiry rule, straight from contract §1–§2: an item written at second `ts` with
+//! its own ttl is expired at second `now` if some default-TTL setting that was in force at some
 //! second `t` with `ts <= t <= now` gives it an effective TTL `e` (rule 3) with `ts + e <= t`.
 //! A setting is in force from the second it was made up to and including the second it was
 //! replaced (during the second of a change both were in force, so an item that was expired in
@@ -112,7 +112,7 @@ struct MItem {
 }
 
 struct Model {
-    /// The database's "now": the highest clock reading so far (SPEC §2 rule 7).
+    /// The database's "now": the highest clock reading so far (contract §2 rule 7).
     now_ms: u64,
     /// What the (manual) system clock says; may be behind `now_ms` after a step back.
     clock_ms: u64,
@@ -129,7 +129,7 @@ impl Model {
         self.now_ms / 1000
     }
 
-    /// Effective TTL under one setting (SPEC §2.3), `None` for never.
+    /// Effective TTL under one setting (contract §2 rule 3), `None` for never.
     fn effective(def: Def, own: Option<i64>) -> Option<u64> {
         match (def, own) {
             (Def::Off, _) | (_, Some(-1)) | (Def::Never, None) => None,

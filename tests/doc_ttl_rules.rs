@@ -1,6 +1,6 @@
-//! SPEC §1–§2: every TTL rule of the document layer, one named test per rule (and per cell of
-//! the §2.3 matrix). Time is a `ManualClock`; nothing sleeps. Times in comments are seconds
-//! after the item's creation unless said otherwise.
+//! `docs/contract.md` §1–§2: every TTL rule of the document layer, one named test per rule (and
+//! per cell of the rule 3 matrix). Time is a `ManualClock`; nothing sleeps. Times in comments
+//! are seconds after the item's creation unless said otherwise.
 
 use std::time::Duration;
 

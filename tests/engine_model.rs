@@ -1,9 +1,12 @@
 //! Model test: random operation sequences (put, put with TTL, delete, batch, get, range, clock
 //! advance, default-TTL change, expiry pass, compaction, reopen) against a plain in-memory
-//! model that implements SPEC §2 by itself (flag-based expiry, re-checked at every event), so it
-//! shares no code with `ttl.rs`.
+//! model that implements `docs/contract.md` §2 by itself (flag-based expiry, re-checked at every
+//! event), so it shares no code with `ttl.rs`.
 
 mod common;
+
+#[path = "common/model.rs"]
+mod model;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,6 +14,7 @@ use std::time::Duration;
 use common::{clock, opts};
 use ebbdb::clock::ManualClock;
 use ebbdb::{DefaultTtl, Keyspace, Store, Ttl, WriteBatch};
+use model::Model;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -56,58 +60,6 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Debug, Clone)]
-struct Item {
-    value: Vec<u8>,
-    ts: u64,
-    ttl: Option<Ttl>,
-}
-
-/// SPEC §2 written out plainly: an item is flagged expired at the first event at which the
-/// setting in force says `ts + e <= now`; a flag is never cleared.
-#[derive(Debug, Default)]
-struct Model {
-    items: BTreeMap<Vec<u8>, Item>,
-    default: DefaultTtl,
-    now: u64,
-}
-
-impl Model {
-    fn effective(&self, it: &Item) -> Option<u64> {
-        match (self.default, it.ttl) {
-            (DefaultTtl::Off, _) | (_, Some(Ttl::Never)) | (DefaultTtl::NeverExpire, None) => None,
-            (_, Some(Ttl::Seconds(m))) => Some(u64::from(m)),
-            (DefaultTtl::Seconds(n), None) => Some(u64::from(n)),
-        }
-    }
-
-    /// Drops every item the current setting says is expired at `now`.
-    fn settle(&mut self) {
-        let now = self.now;
-        let expired: Vec<Vec<u8>> = self
-            .items
-            .iter()
-            .filter(|(_, it)| self.effective(it).is_some_and(|e| it.ts + e <= now))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in expired {
-            self.items.remove(&k);
-        }
-    }
-
-    fn put(&mut self, k: Vec<u8>, v: Vec<u8>, ttl: Option<Ttl>) {
-        self.items.insert(
-            k,
-            Item {
-                value: v,
-                ts: self.now,
-                ttl,
-            },
-        );
-        self.settle();
-    }
-}
-
 fn key(k: u8) -> Vec<u8> {
     format!("key-{k}").into_bytes()
 }
@@ -119,11 +71,7 @@ fn value(v: u8) -> Vec<u8> {
 }
 
 fn check(ks: &Keyspace, model: &Model) -> ebbdb::Result<()> {
-    let want: BTreeMap<Vec<u8>, Vec<u8>> = model
-        .items
-        .iter()
-        .map(|(k, it)| (k.clone(), it.value.clone()))
-        .collect();
+    let want = model.live();
     let got: BTreeMap<Vec<u8>, Vec<u8>> = ks.iter().collect::<ebbdb::Result<_>>()?;
     assert_eq!(got, want, "scan at now={}", model.now);
     assert_eq!(ks.len()?, want.len(), "len");
@@ -160,11 +108,7 @@ fn run(ops: &[Op]) -> ebbdb::Result<()> {
             }
             Op::Delete(k) => {
                 let existed = ks.delete(key(*k))?;
-                assert_eq!(
-                    existed,
-                    model.items.remove(&key(*k)).is_some(),
-                    "delete {k}"
-                );
+                assert_eq!(existed, model.delete(&key(*k)), "delete {k}");
             }
             Op::Batch(writes) => {
                 let mut b = WriteBatch::new();
@@ -183,20 +127,18 @@ fn run(ops: &[Op]) -> ebbdb::Result<()> {
                     match v {
                         Some(v) => model.put(key(*k), value(*v), None),
                         None => {
-                            model.items.remove(&key(*k));
+                            model.delete(&key(*k));
                         }
                     }
                 }
             }
             Op::Advance(s) => {
                 c.advance(Duration::from_secs(*s));
-                model.now += s;
-                model.settle();
+                model.advance(*s);
             }
             Op::SetDefault(d) => {
                 ks.set_default_ttl(*d)?;
-                model.default = *d;
-                model.settle();
+                model.set_default(*d);
             }
             Op::Maintain => {
                 store.maintain()?;

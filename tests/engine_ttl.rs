@@ -1,4 +1,5 @@
-//! SPEC §2 in the engine: the matrix, the boundary, default changes, finality, time high-water.
+//! `docs/contract.md` §2 in the engine: the matrix, the boundary, default changes, finality,
+//! time high-water.
 
 mod common;
 

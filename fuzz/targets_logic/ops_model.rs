@@ -2,9 +2,9 @@
 //!
 //! The input bytes are read as a program of at most 64 operations on one keyspace of a store in
 //! a fresh directory (`segment_size(4096)`, `SyncPolicy::Never`, a `ManualClock`), run side by
-//! side with a plain `BTreeMap` model of SPEC §2 that shares no code with the engine. After
-//! every operation every read API (`get`, `contains_key`, `remaining_ttl`, `len`, `iter`,
-//! `range`, `prefix`) must agree with the model.
+//! side with a plain `BTreeMap` model of `docs/contract.md` §2 that shares no code with the
+//! engine. After every operation every read API (`get`, `contains_key`, `remaining_ttl`, `len`,
+//! `iter`, `range`, `prefix`) must agree with the model.
 //!
 //! Each operation is one byte (`op % 13`) followed by its arguments:
 //!
@@ -28,7 +28,7 @@
 //! segments rotate often), a TTL byte `Ttl::Never` (`% 13 == 0`) or `Ttl::Seconds(1..=12)`, a
 //! setting byte Off, NeverExpire or `Seconds(1..=12)`.
 //!
-//! The model (SPEC §2): the engine's `now` is the largest clock reading seen by any call, in
+//! The model (contract §2): the engine's `now` is the largest clock reading seen by any call, in
 //! whole seconds; a put stamps that second; an item's lifetime is its own TTL if it has one and
 //! the keyspace default is not Off, else the default (Off and NeverExpire: no expiry); the item
 //! is expired once `ts + lifetime <= now` under the setting in force at any moment (checked at

@@ -8,8 +8,10 @@
 //!    let an older version of its key come back (the no-resurrection rule, below). Outputs are
 //!    new segment files with `created_seq = snapshot_seq`, each with a hint file, all fsynced.
 //!    A crash here leaves files the manifest does not list: deleted on open.
-//! 3. Publish: write the manifest that swaps inputs for outputs (atomic rename). From here a
-//!    crash opens the new set; the old files are unlisted and deleted on open.
+//! 3. Make the log durable up to every write appended so far (the drops in step 2 may rely on
+//!    any of them), then publish: write the manifest that swaps inputs for outputs (atomic
+//!    rename). From here a crash opens the new set; the old files are unlisted and deleted on
+//!    open.
 //! 4. Add outputs to the segment set, move key-directory entries that still point at their old
 //!    location, account dead bytes of copies that were superseded meanwhile.
 //! 5. Remove inputs from the set; their files are unlinked when the last reader drops them.
@@ -135,8 +137,7 @@ impl Outputs<'_> {
                 .writer
                 .into_inner()
                 .map_err(|e| Error::from(e.into_error()))?;
-            faults::check(&segment_path(&self.inner.dir, o.id), FaultKind::Sync)?;
-            file.sync_all()?;
+            faults::sync_file(&file, &segment_path(&self.inner.dir, o.id), false)?;
             super::write_hint_file(self.inner, o.id, o.hint)?;
             out.push((o.id, o.stats));
         }
@@ -316,6 +317,15 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     report.segments_written = written.len();
     crash_here(inner, CrashPoint::AfterOutputs)?;
 
+    // Every drop above was decided from the key directory, which may point at newer versions
+    // (or miss deleted keys) whose records still sit in the write buffer under
+    // `SyncPolicy::Never`/`Periodic`. Publishing would make those drops durable before the
+    // writes that justify them: a crash would then lose a key whose old version was synced.
+    // So the log is made durable up to everything appended so far (which covers every write
+    // the decisions saw) before the manifest swaps the inputs out.
+    let decided_upto = inner.log.lock().appended;
+    inner.sync_to(decided_upto)?;
+
     // 3. Publish.
     let retired: HashSet<u32> = inputs.iter().chain(&dropped).map(|s| s.id).collect();
     let mut log = inner.log.lock();
@@ -323,7 +333,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     manifest.sealed.retain(|id| !retired.contains(id));
     manifest.sealed.extend(written.iter().map(|(id, _)| *id));
     manifest.next_seq = log.next_seq;
-    inner.store_manifest(&manifest)?;
+    inner.store_manifest_unless_unchanged(&manifest)?;
     log.manifest = manifest;
     crash_here(inner, CrashPoint::AfterPublish)?;
 

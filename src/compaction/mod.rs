@@ -45,8 +45,7 @@ pub(crate) fn write_hint_file(inner: &Inner, id: u32, w: HintWriter) -> Result<(
         let mut f = File::create(&tmp)?;
         faults::check(&tmp, FaultKind::Write)?;
         f.write_all(&w.finish())?;
-        faults::check(&tmp, FaultKind::Sync)?;
-        f.sync_all()?;
+        faults::sync_file(&f, &tmp, false)?;
     }
     faults::check(&tmp, FaultKind::Rename)?;
     std::fs::rename(&tmp, &path)?;

@@ -72,6 +72,9 @@ struct Prepared {
     bytes: Vec<u8>,
     ttl: ItemTtl,
     stored: Value,
+    /// The write's instant: stamped into `_ts`/`_etag` and given to the engine for the record
+    /// header, so expiry and `_ts` use the same second.
+    at_ms: u64,
 }
 
 impl Container {
@@ -131,6 +134,7 @@ impl Container {
                 bytes,
                 ttl,
                 stored,
+                at_ms: now_ms,
             },
             pk,
             id,
@@ -144,7 +148,7 @@ impl Container {
     pub fn create_item(&self, item: &impl Serialize) -> Result<Value> {
         let (p, _, id) = self.prepare(item)?;
         self.ks
-            .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| {
+            .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
                 if cur.exists() {
                     Err(Error::Conflict(format!("item '{id}' already exists")))
                 } else {
@@ -170,10 +174,10 @@ impl Container {
     pub fn upsert_item_with(&self, item: &impl Serialize, opts: &ItemOptions) -> Result<Value> {
         let (p, _, id) = self.prepare(item)?;
         if opts.if_match.is_none() {
-            self.ks.write_unchecked(&p.key, (p.bytes, p.ttl))?;
+            self.ks.write_unchecked(&p.key, (p.bytes, p.ttl), p.at_ms)?;
         } else {
             self.ks
-                .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| {
+                .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
                     check_etag(&id, cur, opts, false)
                 })?;
         }
@@ -218,7 +222,7 @@ impl Container {
             )));
         }
         self.ks
-            .write_checked(&p.key, Some((p.bytes, p.ttl)), |cur| {
+            .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
                 check_etag(id, cur, opts, true)
             })?;
         Ok(p.stored)
@@ -263,7 +267,9 @@ impl Container {
     ) -> Result<()> {
         let key = partition::encode_key(&pk.into(), id);
         self.ks
-            .write_checked(&key, None, |cur| check_etag(id, cur, opts, true))?;
+            .write_checked(&key, None, self.ks.store().now_unix_millis(), |cur| {
+                check_etag(id, cur, opts, true)
+            })?;
         Ok(())
     }
 

@@ -99,7 +99,8 @@ impl Database {
     /// Concurrent creates of one id are serialised: exactly one succeeds, the others get 409.
     ///
     /// # Errors
-    /// 400 for invalid properties (SPEC §3 messages), 409 if it exists, I/O errors.
+    /// 400 for invalid properties (messages in `docs/contract.md` §3), 409 if it exists, I/O
+    /// errors.
     pub fn create_container(&self, props: ContainerProperties) -> Result<Container> {
         props.validate()?;
         let _catalog = self.catalog.lock();
@@ -192,8 +193,8 @@ impl Database {
             .map_err(|_| Error::NotFound(format!("container '{}'", props.id)))
     }
 
-    /// Replaces a container's properties: `defaultTtl` (from this moment on, SPEC §2 rule 6)
-    /// and indexing mode. The partition key path cannot change.
+    /// Replaces a container's properties: `defaultTtl` (from this moment on, `docs/contract.md`
+    /// §2 rule 6) and indexing mode. The partition key path cannot change.
     ///
     /// # Errors
     /// 400 for invalid properties or a changed partition key path, 404 if it does not exist.

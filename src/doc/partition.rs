@@ -1,4 +1,4 @@
-//! Partition keys: extraction from items and the engine key encoding (SPEC §4, §5).
+//! Partition keys: extraction from items and the engine key encoding (`docs/contract.md` §4).
 //!
 //! An item lives under the engine key `encode_prefix(pk) ++ id`. The prefix is self-delimiting
 //! (no partition's prefix is a prefix of another partition's keys), so the items of one partition

@@ -1,4 +1,4 @@
-//! Container properties in the Azure Cosmos DB REST shape (SPEC §2, §3, §5).
+//! Container properties in the Azure Cosmos DB REST shape (`docs/contract.md` §2, §3, §6).
 //!
 //! ```json
 //! {"id": "orders", "partitionKey": {"paths": ["/customerId"], "kind": "Hash"},
@@ -135,8 +135,8 @@ impl ContainerProperties {
 
     /// Checks every rule: the container id, the partition key path (starts with `/`, non-empty
     /// segments, no trailing `/`), `DefaultTtl::Seconds(n)` with `n` in `1..=2147483647`, and no
-    /// indexing mode `none` with a default TTL other than Off. Errors are 400s with the SPEC §3
-    /// messages.
+    /// indexing mode `none` with a default TTL other than Off. Errors are 400s with the
+    /// messages of `docs/contract.md` §3.
     pub fn validate(&self) -> Result<()> {
         validate_container_id(&self.id)?;
         validate_path(&self.partition_key_path)?;
@@ -211,9 +211,10 @@ impl ContainerProperties {
     }
 }
 
-/// Parses a container's `defaultTtl` (SPEC §2 rule 1): `None` (absent) → Off, `-1` →
-/// NeverExpire, `1..=2147483647` → Seconds; anything else (0, below -1, above the maximum,
-/// `null`, a non-integer, a string, bool, array or object) is a 400 with the exact Cosmos message.
+/// Parses a container's `defaultTtl` (`docs/contract.md` §2 rule 1): `None` (absent) → Off,
+/// `-1` → NeverExpire, `1..=2147483647` → Seconds; anything else (0, below -1, above the
+/// maximum, `null`, a non-integer, a string, bool, array or object) is a 400 with the exact
+/// Cosmos message.
 pub fn parse_default_ttl(v: Option<&Value>) -> Result<DefaultTtl> {
     match v {
         None => Ok(DefaultTtl::Off),

@@ -1,4 +1,5 @@
-//! Validation of item bodies: `ttl`, `id`, object shape and system properties (SPEC §3, §4).
+//! Validation of item bodies: `ttl`, `id`, object shape and system properties
+//! (`docs/contract.md` §3, §4).
 //!
 //! Every failure is an [`Error::BadRequest`] (HTTP 400). The TTL messages are the exact Azure
 //! Cosmos DB texts; the others name the offending field.
@@ -45,7 +46,7 @@ pub(crate) fn parse_ttl_number(field: &str, v: &Value) -> Result<Option<u32>> {
     }
 }
 
-/// Parses an item's own `ttl` property (SPEC §2 rule 2).
+/// Parses an item's own `ttl` property (`docs/contract.md` §2 rule 2).
 ///
 /// Absent → [`ItemTtl::Inherit`], `-1` → [`ItemTtl::Never`], `1..=2147483647` →
 /// [`ItemTtl::Seconds`]. Anything else (0, below -1, above the maximum, `null`, a fraction, a

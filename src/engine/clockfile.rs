@@ -15,6 +15,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+/// The clock file's name in the database directory.
+pub(crate) const FILE_NAME: &str = "CLOCK";
+
 use byteorder::{ByteOrder, LittleEndian as LE};
 
 const MAGIC: [u8; 8] = *b"EBBDBCLK";
@@ -47,7 +50,7 @@ impl ClockFile {
             .truncate(false)
             .read(true)
             .write(true)
-            .open(dir.join("CLOCK"))?;
+            .open(dir.join(FILE_NAME))?;
         let mut b = [0u8; LEN];
         let state = match file.read_exact_at(&mut b, 0) {
             Ok(()) if b[0..8] == MAGIC && LE::read_u32(&b[24..28]) == crc32fast::hash(&b[..24]) => {

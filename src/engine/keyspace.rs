@@ -11,6 +11,7 @@ use super::write::Current;
 use super::write::Op;
 use super::{Inner, Store};
 use crate::error::{Error, Result};
+use crate::format::record::FLAG_IN_BATCH;
 use crate::keydir::{Entry, KeyspaceCore};
 use crate::ttl::{self, DefaultTtl, ItemTtl, Ttl};
 
@@ -28,7 +29,7 @@ pub enum Expiry {
     },
 }
 
-/// A named map from byte keys to byte values with TTL rules (SPEC §2).
+/// A named map from byte keys to byte values with TTL rules (`docs/contract.md` §2).
 ///
 /// Cheap to clone. Reads evaluate expiry against one `now` per call, so an expired key is
 /// invisible to `get`, scans and `len` the instant it expires.
@@ -118,9 +119,26 @@ impl Keyspace {
         Ok(existed.first().copied().unwrap_or(false))
     }
 
-    /// A put with its own TTL setting as the record carries it (for the document layer).
-    pub(crate) fn write_unchecked(&self, key: &[u8], put: (Vec<u8>, ItemTtl)) -> Result<bool> {
-        self.write_one(key, Some(put))
+    /// A put with its own TTL setting as the record carries it (for the document layer), at the
+    /// instant `at_ms` the caller took from [`Store::now_unix_millis`] and stamped into the value.
+    pub(crate) fn write_unchecked(
+        &self,
+        key: &[u8],
+        put: (Vec<u8>, ItemTtl),
+        at_ms: u64,
+    ) -> Result<bool> {
+        let op = Op {
+            ks: Arc::clone(&self.core),
+            key: key.to_vec(),
+            put: Some(put),
+        };
+        let existed = self.inner().apply_checked(
+            std::slice::from_ref(&op),
+            false,
+            None::<fn(&Current<'_>) -> Result<()>>,
+            Some(at_ms),
+        )?;
+        Ok(existed.first().copied().unwrap_or(false))
     }
 
     /// Compare-and-write for the document layer: `check` sees the live version (if any) under
@@ -129,6 +147,7 @@ impl Keyspace {
         &self,
         key: &[u8],
         put: Option<(Vec<u8>, ItemTtl)>,
+        at_ms: u64,
         check: impl FnOnce(&Current<'_>) -> Result<()>,
     ) -> Result<bool> {
         let op = Op {
@@ -136,9 +155,12 @@ impl Keyspace {
             key: key.to_vec(),
             put,
         };
-        let existed = self
-            .inner()
-            .apply_checked(std::slice::from_ref(&op), false, Some(check))?;
+        let existed = self.inner().apply_checked(
+            std::slice::from_ref(&op),
+            false,
+            Some(check),
+            Some(at_ms),
+        )?;
         Ok(existed.first().copied().unwrap_or(false))
     }
 
@@ -193,8 +215,8 @@ impl Keyspace {
         }))
     }
 
-    /// Changes the default TTL from this moment on (SPEC §2 rule 6). Items that already
-    /// expired stay expired (rule 7).
+    /// Changes the default TTL from this moment on (`docs/contract.md` §2 rule 6). Items that
+    /// already expired stay expired (rule 7).
     ///
     /// # Errors
     /// [`Error::BadRequest`] for `Seconds(0)` or above 2147483647; I/O errors writing the
@@ -267,20 +289,30 @@ impl Keyspace {
 /// An iterator over live `(key, value)` pairs in key order.
 ///
 /// Expiry is evaluated against the `now` taken when the iterator was created, so one scan never
-/// mixes two "nows". The scan walks the key directory in chunks and is not a snapshot: writes
-/// that land after creation may or may not be seen, but every key returned was live at the
-/// scan's `now` and its value is the newest at the moment its chunk was read.
+/// mixes two "nows". The scan walks the key directory in chunks and is not a snapshot: single
+/// writes that land after creation may or may not be seen, but every key returned was live at
+/// the scan's `now`, and a [`WriteBatch`] that commits while the scan runs is seen whole or not
+/// at all (batches committed after the scan started are not seen; see DESIGN.md §10).
 #[derive(Debug)]
 pub struct Iter {
     ks: Keyspace,
     now: u64,
+    /// The keyspace's `applied_seq` when the scan started (registered with its scans).
+    start: u64,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
     prefix: Option<Vec<u8>>,
-    buf: VecDeque<(Vec<u8>, Entry)>,
+    buf: VecDeque<(Vec<u8>, Shown)>,
     /// The segments holding the entries of the current chunk, pinned while it is read.
     segs: Vec<(u32, SegRef)>,
     done: bool,
+}
+
+/// What a scan returns for one key: the record an entry points at, or a before-image's value.
+#[derive(Debug)]
+enum Shown {
+    Entry(Entry),
+    Value(Vec<u8>),
 }
 
 const CHUNK: usize = 256;
@@ -304,15 +336,32 @@ impl Iter {
     ) -> Self {
         let now = ks.inner().now_s();
         let done = ks.check_alive().is_err();
+        let start = {
+            let st = ks.core.state.read();
+            let start = st.applied_seq;
+            ks.core.scans.lock().open(start);
+            start
+        };
+        // A range whose start lies after its end holds nothing (BTreeMap::range would panic).
+        let empty = match (&lower, &upper) {
+            (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
+                a > b
+                    || (a == b
+                        && !(matches!(lower, Bound::Included(_))
+                            && matches!(upper, Bound::Included(_))))
+            }
+            _ => false,
+        };
         Self {
             ks,
             now,
+            start,
             lower,
             upper,
             prefix,
             buf: VecDeque::new(),
             segs: Vec::new(),
-            done,
+            done: done || empty,
         }
     }
 
@@ -323,12 +372,14 @@ impl Iter {
             return;
         }
         let st = self.ks.core.state.read();
+        let scans = self.ks.core.scans.lock();
         let bounds = (
             self.lower.as_ref().map(Vec::as_slice),
             self.upper.as_ref().map(Vec::as_slice),
         );
         let mut last = None;
         let mut taken = 0;
+        let mut chunk: Vec<(Vec<u8>, Shown)> = Vec::new();
         // One look at the segment set per chunk; entries usually share a few segments.
         let set = self.ks.inner().segments.read();
         self.segs.clear();
@@ -341,6 +392,21 @@ impl Iter {
             }
             last = Some(k);
             taken += 1;
+            // A batch that committed after this scan started is not seen: show the key as it
+            // was before the first such batch.
+            if e.seq >= self.start && e.flags & FLAG_IN_BATCH != 0 {
+                if let Some(image) = scans.before(k, self.start) {
+                    if let Some((old, value)) = image {
+                        if st.is_live(old, self.now) {
+                            chunk.push((k.to_vec(), Shown::Value(value.clone())));
+                        }
+                    }
+                    if taken >= CHUNK {
+                        break;
+                    }
+                    continue;
+                }
+            }
             if st.is_live(e, self.now) {
                 if !self.segs.iter().any(|(id, _)| *id == e.file) {
                     let seg = if set.active.id == e.file {
@@ -352,16 +418,44 @@ impl Iter {
                         self.segs.push((e.file, seg));
                     }
                 }
-                self.buf.push_back((k.to_vec(), *e));
+                chunk.push((k.to_vec(), Shown::Entry(*e)));
             }
             if taken >= CHUNK {
                 break;
             }
         }
+        let full = taken >= CHUNK && last.is_some();
+        // Keys a batch deleted after this scan started come back from their before-images.
+        let chunk_upper = match (full, last) {
+            (true, Some(k)) => Bound::Included(k.as_slice()),
+            _ => self.upper.as_ref().map(Vec::as_slice),
+        };
+        let mut restored = false;
+        for (k, image) in scans.changed_in(bounds.0, chunk_upper, self.start) {
+            if st.map.contains_key(k) || self.prefix.as_ref().is_some_and(|p| !k.starts_with(p)) {
+                continue;
+            }
+            if let Some((old, value)) = image {
+                if st.is_live(old, self.now) {
+                    chunk.push((k.to_vec(), Shown::Value(value.clone())));
+                    restored = true;
+                }
+            }
+        }
+        if restored {
+            chunk.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        self.buf.extend(chunk);
         match last {
-            Some(k) if taken >= CHUNK => self.lower = Bound::Excluded(k.to_vec()),
+            Some(k) if full => self.lower = Bound::Excluded(k.to_vec()),
             _ => self.done = true,
         }
+    }
+}
+
+impl Drop for Iter {
+    fn drop(&mut self) {
+        self.ks.core.scans.lock().close(self.start);
     }
 }
 
@@ -370,11 +464,15 @@ impl Iterator for Iter {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some((k, e)) = self.buf.pop_front() {
-                let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
-                    continue; // its segment was not published (cannot happen under the lock)
-                };
-                return Some(self.ks.inner().read_value(seg, &e, &k).map(|v| (k, v)));
+            match self.buf.pop_front() {
+                Some((k, Shown::Value(v))) => return Some(Ok((k, v))),
+                Some((k, Shown::Entry(e))) => {
+                    let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
+                        continue; // its segment was not published (cannot happen under the lock)
+                    };
+                    return Some(self.ks.inner().read_value(seg, &e, &k).map(|v| (k, v)));
+                }
+                None => {}
             }
             if self.done {
                 return None;

@@ -114,6 +114,9 @@ pub(crate) struct Inner {
     pub(crate) poisoned: AtomicBool,
     closed: AtomicBool,
     hw_ms: AtomicU64,
+    /// While a default-TTL change is being made durable, the instant it takes effect: `now`
+    /// stands still there for everyone (see [`TimeFence`]). [`NO_FENCE`] otherwise.
+    fence_ms: AtomicU64,
     persisted_s: AtomicU64,
     clockfile: Mutex<(ClockFile, ClockState)>,
     /// Second handle to `CLOCK`, fsynced without holding `clockfile`.
@@ -124,8 +127,46 @@ pub(crate) struct Inner {
     pub(crate) merges: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
     worker: Mutex<Option<WorkerHandle>>,
-    pub(crate) worker_error: Mutex<Option<String>>,
+    pub(crate) worker_error: Mutex<WorkerErrors>,
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
+}
+
+/// `fence_ms` when no fence is up.
+pub(crate) const NO_FENCE: u64 = u64::MAX;
+/// `fence_ms` while a fence is being raised.
+const FENCE_PENDING: u64 = u64::MAX - 1;
+
+/// Time stands still while a default-TTL change becomes durable.
+///
+/// A change applies from the second `since` on, and the old setting applies up to and
+/// including `since` (closed intervals, `ttl::expires_at`). Readers must therefore never
+/// evaluate the old setting at a time after `since`: an item they saw expire then could be
+/// live under the new setting. The change is installed only after its manifest is fsynced, and
+/// readers must not wait for that fsync. So, while the change is in flight, every `now` the
+/// store hands out is clamped to the fence instant `at` (`since = at / 1000`): readers keep
+/// the old setting but see no later time, writers stamp `at`. Raising the fence is ordered
+/// against `now_ms` (both SeqCst): a `now` taken before the fence's `hw_ms` read is at most
+/// `at`; one taken after sees the fence (or spins for the instant it is pending). The new
+/// history is installed before the fence drops, so a `now` past `at` always meets it.
+pub(crate) struct TimeFence<'a> {
+    inner: &'a Inner,
+    /// The instant at which time stands still (Unix ms).
+    pub(crate) at: u64,
+}
+
+impl Drop for TimeFence<'_> {
+    fn drop(&mut self) {
+        self.inner.fence_ms.store(NO_FENCE, Ordering::SeqCst);
+    }
+}
+
+/// Background failures, for `stats()`.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerErrors {
+    /// The last background job's failure, until a later job succeeds.
+    pub(crate) last: Option<String>,
+    /// Background jobs that failed since open.
+    pub(crate) failures: u64,
 }
 
 /// Everything guarded by the log mutex.
@@ -299,7 +340,6 @@ impl Store {
     /// # Errors
     /// I/O errors writing the clock file.
     pub fn maintain(&self) -> Result<usize> {
-        self.inner.check_worker()?;
         self.inner.reap()
     }
 
@@ -308,7 +348,6 @@ impl Store {
     /// # Errors
     /// I/O errors; a failed merge leaves the published state untouched.
     pub fn compact(&self) -> Result<crate::stats::CompactionReport> {
-        self.inner.check_worker()?;
         self.inner.reap()?;
         crate::compaction::run(&self.inner, false)
     }
@@ -318,7 +357,6 @@ impl Store {
     /// # Errors
     /// As [`Store::compact`].
     pub fn compact_full(&self) -> Result<crate::stats::CompactionReport> {
-        self.inner.check_worker()?;
         self.inner.reap()?;
         self.inner.rotate_if_nonempty()?;
         crate::compaction::run(&self.inner, true)
@@ -361,17 +399,52 @@ impl Store {
 
     /// Test hook: make the next merge stop at `at` as if the process died there (the store is
     /// poisoned; reopen it to check what survives).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn set_merge_crash_point(&self, at: Option<crate::compaction::merge::CrashPoint>) {
         *self.inner.merge_crash_at.lock() = at;
     }
 }
 
+#[cfg(feature = "test-hooks")]
+impl Store {
+    /// Test hook: the process dies now. The background worker stops, nothing more is written:
+    /// what sits in the write buffer is lost, what was written to files stays (as after
+    /// `kill -9`, the OS keeps its cache). Every later write fails with [`Error::Closed`];
+    /// drop every handle, then reopen the directory to see what survived. Combine with
+    /// `faults::power_loss` to also lose what was never fsynced.
+    #[doc(hidden)]
+    pub fn simulate_crash(&self) {
+        self.inner.crash();
+    }
+}
+
 impl Inner {
+    /// See [`Store::simulate_crash`].
+    #[cfg(feature = "test-hooks")]
+    fn crash(&self) {
+        self.closed.store(true, Ordering::Release);
+        let worker = self.worker.lock().take();
+        if let Some(w) = worker {
+            w.shutdown();
+        }
+    }
+
     pub(crate) fn now_ms(&self) -> u64 {
         let clock = self.opts.clock.now_unix_millis();
-        let prev = self.hw_ms.fetch_max(clock, Ordering::AcqRel);
-        let now = prev.max(clock);
+        let prev = self.hw_ms.fetch_max(clock, Ordering::SeqCst);
+        let mut now = prev.max(clock);
+        loop {
+            match self.fence_ms.load(Ordering::SeqCst) {
+                // A fence is being raised: its instant is being read; wait the few
+                // instructions until it is published.
+                FENCE_PENDING => std::hint::spin_loop(),
+                fence => {
+                    now = now.min(fence);
+                    break;
+                }
+            }
+        }
         let secs = now / 1000;
         if secs > self.persisted_s.load(Ordering::Acquire) {
             self.persist_clock(secs, None);
@@ -381,6 +454,16 @@ impl Inner {
 
     pub(crate) fn now_s(&self) -> u64 {
         self.now_ms() / 1000
+    }
+
+    /// Stops time at the current instant until the returned fence is dropped; see
+    /// [`TimeFence`]. Only one fence at a time: the caller holds the log mutex.
+    pub(crate) fn raise_time_fence(&self) -> TimeFence<'_> {
+        self.fence_ms.store(FENCE_PENDING, Ordering::SeqCst);
+        let clock = self.opts.clock.now_unix_millis();
+        let at = self.hw_ms.fetch_max(clock, Ordering::SeqCst).max(clock);
+        self.fence_ms.store(at, Ordering::SeqCst);
+        TimeFence { inner: self, at }
     }
 
     /// Records the high-water second (and optionally reaped-up-to) in `CLOCK`, without fsync.
@@ -423,13 +506,6 @@ impl Inner {
 
     pub(crate) fn poison(&self) {
         self.poisoned.store(true, Ordering::Release);
-    }
-
-    pub(crate) fn check_worker(&self) -> Result<()> {
-        match &*self.worker_error.lock() {
-            Some(msg) => Err(Error::Worker(msg.clone())),
-            None => Ok(()),
-        }
     }
 
     pub(crate) fn send(&self, msg: Message) {
@@ -491,7 +567,8 @@ impl Inner {
         self.check_writable()?;
         let pos = self.log.lock().appended;
         self.sync_to(pos)?;
-        self.clock_sync.sync_data().at(self.dir.join("CLOCK"))?;
+        let clock_path = self.dir.join(clockfile::FILE_NAME);
+        crate::faults::sync_file(&self.clock_sync, &clock_path, true).at(clock_path)?;
         Ok(())
     }
 
@@ -499,7 +576,10 @@ impl Inner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(w) = self.worker.lock().take() {
+        // Take the handle out before joining: the worker may need this mutex to finish its
+        // current job (a rotation sends it a message), so it must not be held across the join.
+        let worker = self.worker.lock().take();
+        if let Some(w) = worker {
             w.shutdown();
         }
         // The last `now` any call used must survive the close, even if no call wrote it yet.
@@ -508,7 +588,8 @@ impl Inner {
             let pos = self.log.lock().appended;
             let _ = self.sync_to(pos);
         }
-        let _ = self.clock_sync.sync_data();
+        let _ =
+            crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true);
     }
 
     pub(crate) fn keyspace_by_name(&self, name: &str) -> Result<Arc<KeyspaceCore>> {
@@ -531,7 +612,8 @@ impl Inner {
         {
             let pos = self.log.lock().appended;
             self.sync_to(pos)?;
-            self.clock_sync.sync_data().at(self.dir.join("CLOCK"))?;
+            let clock_path = self.dir.join(clockfile::FILE_NAME);
+            crate::faults::sync_file(&self.clock_sync, &clock_path, true).at(clock_path)?;
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use super::clockfile::ClockFile;
 use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
 use crate::error::{Error, Result};
-use crate::expiry::wheel::TimerWheel;
+use crate::expiry::wheel::{TimerHandle, TimerWheel};
 use crate::expiry::Timer;
 use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
 use crate::format::{hint, SegmentHeader};
@@ -71,6 +71,7 @@ impl Loader {
             ts: crate::keydir::WriteSecs::saturating(meta.ts()),
             ttl: meta.ttl.to_wire(),
             flags: meta.flags | tombstone,
+            timer: TimerHandle::NONE,
         };
         self.keys
             .entry(meta.keyspace)
@@ -123,7 +124,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             // them, so only scanned segments pay for a full sort.
             pairs.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.seq.cmp(&a.1.seq)));
             pairs.dedup_by(|later, kept| later.0 == kept.0);
-            pairs.retain(|(key, e)| {
+            pairs.retain_mut(|(key, e)| {
                 if e.flags & LOADED_TOMBSTONE != 0 {
                     return false;
                 }
@@ -134,12 +135,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                     return false;
                 }
                 if at != ttl::NEVER {
-                    wheel.insert(
+                    e.timer = wheel.insert(
                         at,
                         Timer {
                             keyspace: meta.id,
                             key: key.as_slice().into(),
-                            seq: e.seq,
                         },
                     );
                 }
@@ -152,6 +152,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             name: meta.name.clone(),
             state: RwLock::new(state),
             dropped: AtomicBool::new(false),
+            scans: parking_lot::Mutex::default(),
         });
         catalog.by_name.insert(meta.name.clone(), Arc::clone(&core));
         catalog.by_id.insert(meta.id, core);
@@ -215,6 +216,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         poisoned: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         hw_ms: AtomicU64::new(now_ms),
+        fence_ms: AtomicU64::new(super::NO_FENCE),
         persisted_s: AtomicU64::new(clock_state.high_water),
         clock_sync: clockfile.syncer()?,
         clockfile: Mutex::new((clockfile, clock_state)),
@@ -227,7 +229,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         merges: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
         worker: Mutex::new(None),
-        worker_error: Mutex::new(None),
+        worker_error: Mutex::new(super::WorkerErrors::default()),
         merge_crash_at: Mutex::new(None),
         opts,
     })

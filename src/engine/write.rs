@@ -10,9 +10,12 @@ use std::collections::btree_map::Entry as Entry_;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use parking_lot::RwLockWriteGuard;
+
 use super::read::SegRef;
 use super::{Inner, LogState};
 use crate::error::{Error, IoContext, Result};
+use crate::expiry::wheel::TimerHandle;
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
@@ -104,6 +107,14 @@ fn check_write_second(now: u64) -> Result<()> {
     Ok(())
 }
 
+/// Write-locks the state of every keyspace `ops` touch, in id order.
+fn lock_keyspaces(ops: &[Op]) -> Vec<(u32, RwLockWriteGuard<'_, KeyspaceState>)> {
+    let mut cores: Vec<&Arc<KeyspaceCore>> = ops.iter().map(|op| &op.ks).collect();
+    cores.sort_by_key(|c| c.id);
+    cores.dedup_by_key(|c| c.id);
+    cores.into_iter().map(|c| (c.id, c.state.write())).collect()
+}
+
 /// What a write did to each op: whether a live version existed before it.
 pub(crate) type Existed = Vec<bool>;
 
@@ -135,9 +146,44 @@ impl Current<'_> {
 }
 
 impl Inner {
+    /// For every keyspace with an open scan, records the version each key of the batch has
+    /// before it (`scans.rs`). Caller holds the log mutex and the keyspaces' write locks.
+    fn record_before_images(
+        &self,
+        log: &LogState,
+        ops: &[Op],
+        guards: &[(u32, RwLockWriteGuard<'_, KeyspaceState>)],
+        batch_seq: u64,
+    ) -> Result<()> {
+        for op in ops {
+            let mut scans = op.ks.scans.lock();
+            if !scans.any_open() || scans.has(batch_seq, &op.key) {
+                continue;
+            }
+            let Some((_, st)) = guards.iter().find(|(id, _)| *id == op.ks.id) else {
+                continue;
+            };
+            let image = match st.map.get(op.key.as_slice()) {
+                None => None,
+                Some(e) => {
+                    let seg = self.locate(e).ok_or_else(|| {
+                        Error::corruption(
+                            crate::log::segment_path(&self.dir, e.file),
+                            u64::from(e.offset),
+                            "segment of a key-directory entry is not published",
+                        )
+                    })?;
+                    Some((*e, self.read_value_locked(log, &seg, e, &op.key)?))
+                }
+            };
+            scans.record(batch_seq, &op.key, image);
+        }
+        Ok(())
+    }
+
     /// Applies `ops` (a batch when `atomic`), returning for each whether the key was live before.
     pub(crate) fn apply(&self, ops: &[Op], atomic: bool) -> Result<Existed> {
-        self.apply_checked(ops, atomic, None::<fn(&Current<'_>) -> Result<()>>)
+        self.apply_checked(ops, atomic, None::<fn(&Current<'_>) -> Result<()>>, None)
     }
 
     /// As [`Inner::apply`], but first calls `check` with the first op's live version (if any)
@@ -154,6 +200,7 @@ impl Inner {
         ops: &[Op],
         atomic: bool,
         check: Option<impl FnOnce(&Current<'_>) -> Result<()>>,
+        at_ms: Option<u64>,
     ) -> Result<Existed> {
         for op in ops {
             if op.ks.dropped.load(Ordering::Acquire) {
@@ -166,10 +213,15 @@ impl Inner {
             }
         }
         self.check_writable()?;
-        let now_ms = self.now_ms();
+        // The write's instant: taken here, or by a caller that already stamped it into the
+        // value (the document layer's `_ts`/`_etag`), so the record header and the value agree.
+        // Either way it comes from `now_ms()`, so it never precedes a time already handed out.
+        let now_ms = match at_ms {
+            Some(t) => t,
+            None => self.now_ms(),
+        };
         let now = now_ms / 1000;
         check_write_second(now)?;
-        let mut timers = Vec::new();
         let (existed, pos) = {
             let mut log = self.log.lock();
             self.check_writable()?;
@@ -220,6 +272,17 @@ impl Inner {
             };
             let mut dead: Vec<(u32, u64)> = Vec::new();
             let mut existed = Vec::with_capacity(ops.len());
+            // Every keyspace the ops touch stays write-locked until all of them are applied
+            // (taken in id order; readers take one at a time), so a reader sees all of a
+            // batch or none of it.
+            let mut guards = lock_keyspaces(ops);
+            // The timer wheel, locked on first use (a leaf lock: taken after the keyspaces').
+            let mut expiry: Option<parking_lot::MutexGuard<'_, super::ExpiryState>> = None;
+            if batch {
+                // Open scans must not see half of this batch either: record before-images
+                // first, so a failed value read refuses the batch before anything is appended.
+                self.record_before_images(log, ops, &guards, seq)?;
+            }
             if batch {
                 let header = Meta {
                     kind: Kind::BatchHeader,
@@ -236,8 +299,14 @@ impl Inner {
                 seq += 1;
             }
             for op in ops {
-                let mut st = op.ks.state.write();
-                let KeyspaceState { map, history } = &mut *st;
+                let Some(st) = guards
+                    .iter_mut()
+                    .find(|(id, _)| *id == op.ks.id)
+                    .map(|(_, g)| &mut **g)
+                else {
+                    return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
+                };
+                let KeyspaceState { map, history, .. } = st;
                 let slot = map.entry(Key::from_slice(&op.key));
                 let live = match &slot {
                     Entry_::Occupied(o) => {
@@ -270,27 +339,47 @@ impl Inner {
                 if live || kind == Kind::Tombstone {
                     added.shadowing += 1;
                 }
+                // The key's one timer: taken over from the version being replaced and moved
+                // to the new deadline, armed if there was none, cancelled if the new version
+                // cannot expire (or the key is deleted).
+                let old_timer = match &slot {
+                    Entry_::Occupied(o) => o.get().timer,
+                    Entry_::Vacant(_) => TimerHandle::NONE,
+                };
                 let old = if kind == Kind::Put {
+                    let ts = WriteSecs::saturating(meta.ts());
+                    let deadline = ttl::expires_at(ts.get(), own, history);
+                    let timer = if deadline == ttl::NEVER {
+                        if old_timer != TimerHandle::NONE {
+                            expiry
+                                .get_or_insert_with(|| self.expiry.lock())
+                                .wheel
+                                .cancel(old_timer);
+                        }
+                        TimerHandle::NONE
+                    } else {
+                        let ex = expiry.get_or_insert_with(|| self.expiry.lock());
+                        match ex.wheel.reschedule(old_timer, deadline) {
+                            Some(moved) => moved,
+                            None => ex.wheel.insert(
+                                deadline,
+                                Timer {
+                                    keyspace: op.ks.id,
+                                    key: op.key.as_slice().into(),
+                                },
+                            ),
+                        }
+                    };
                     let entry = Entry {
                         seq,
                         file,
                         offset: u32::try_from(at).unwrap_or(u32::MAX),
                         len: u32::try_from(len).unwrap_or(u32::MAX),
-                        ts: WriteSecs::saturating(meta.ts()),
+                        ts,
                         ttl: own.to_wire(),
                         flags,
+                        timer,
                     };
-                    let deadline = ttl::expires_at(entry.ts.get(), own, history);
-                    if deadline != ttl::NEVER {
-                        timers.push((
-                            deadline,
-                            Timer {
-                                keyspace: op.ks.id,
-                                key: op.key.as_slice().into(),
-                                seq,
-                            },
-                        ));
-                    }
                     match slot {
                         Entry_::Occupied(mut o) => Some(o.insert(entry)),
                         Entry_::Vacant(v) => {
@@ -300,6 +389,12 @@ impl Inner {
                     }
                 } else {
                     added.dead += len as u64;
+                    if old_timer != TimerHandle::NONE {
+                        expiry
+                            .get_or_insert_with(|| self.expiry.lock())
+                            .wheel
+                            .cancel(old_timer);
+                    }
                     match slot {
                         Entry_::Occupied(o) => Some(o.remove()),
                         Entry_::Vacant(_) => None,
@@ -310,7 +405,12 @@ impl Inner {
                 }
                 seq += 1;
             }
+            drop(expiry);
             log.next_seq = seq;
+            for (_, st) in &mut guards {
+                st.applied_seq = seq;
+            }
+            drop(guards);
             log.appended += total as u64;
             log.segstats.entry(file).or_default().add(&added);
             for (f, bytes) in dead {
@@ -326,12 +426,6 @@ impl Inner {
             }
             (existed, log.appended)
         };
-        if !timers.is_empty() {
-            let mut ex = self.expiry.lock();
-            for (deadline, t) in timers {
-                ex.wheel.insert(deadline, t);
-            }
-        }
         if matches!(self.opts.sync, SyncPolicy::Always) {
             self.sync_to(pos)?;
         }
@@ -388,9 +482,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Replaces the manifest for a rotation or a merge, which change files before it: any
-    /// failure poisons the store (every later write fails), and reopening reads whichever
-    /// manifest is on disk, both of which are consistent with the files.
+    /// Replaces the manifest for a rotation, which changes files before it (the sealed file is
+    /// trimmed, the next one created): any failure poisons the store (every later write fails),
+    /// and reopening reads whichever manifest is on disk, both of which are consistent with the
+    /// files.
     pub(crate) fn store_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
         manifest.store(&self.dir).map_err(|e| {
             self.poison();
@@ -399,10 +494,14 @@ impl Inner {
     }
 
     /// Replaces the manifest for a catalogue change (create or delete a keyspace, change a
-    /// default TTL), whose in-memory state is applied only after this returns `Ok`. A failure
-    /// before the rename changed nothing, on disk or in memory: the error is returned and the
-    /// store stays writable. Only a failure after the rename (the directory fsync) poisons.
-    fn store_catalog_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
+    /// default TTL) or a merge's publish, whose in-memory state is applied only after this
+    /// returns `Ok`. A failure before the rename changed nothing, on disk or in memory (a
+    /// merge's unpublished outputs are leftovers that open removes): the error is returned and
+    /// the store stays writable. Only a failure after the rename (the directory fsync) poisons.
+    pub(crate) fn store_manifest_unless_unchanged(
+        &self,
+        manifest: &crate::log::manifest::Manifest,
+    ) -> Result<()> {
         match manifest.store(&self.dir) {
             Ok(()) => Ok(()),
             Err(StoreError::Unchanged(e)) => Err(e),
@@ -448,7 +547,7 @@ impl Inner {
             name: name.to_string(),
             history: history.clone(),
         });
-        self.store_catalog_manifest(&manifest)?;
+        self.store_manifest_unless_unchanged(&manifest)?;
         log.manifest = manifest;
         let core = Arc::new(KeyspaceCore {
             id,
@@ -458,6 +557,7 @@ impl Inner {
                 ..KeyspaceState::default()
             }),
             dropped: false.into(),
+            scans: parking_lot::Mutex::default(),
         });
         let mut cat = self.catalog.write();
         cat.by_name.insert(name.to_string(), Arc::clone(&core));
@@ -472,7 +572,7 @@ impl Inner {
         let mut manifest = log.manifest.clone();
         manifest.keyspaces.retain(|k| k.id != core.id);
         manifest.next_seq = log.next_seq;
-        self.store_catalog_manifest(&manifest)?;
+        self.store_manifest_unless_unchanged(&manifest)?;
         log.manifest = manifest;
         core.dropped.store(true, Ordering::Release);
         {
@@ -481,10 +581,12 @@ impl Inner {
             cat.by_id.remove(&core.id);
         }
         let map = std::mem::take(&mut core.state.write().map);
+        let mut ex = self.expiry.lock();
         for e in map.values() {
             if let Some(s) = log.segstats.get_mut(&e.file) {
                 s.dead += u64::from(e.len);
             }
+            ex.wheel.cancel(e.timer);
         }
         Ok(())
     }
@@ -500,9 +602,21 @@ impl Inner {
         if ks.dropped.load(Ordering::Acquire) {
             return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
         }
-        let now = self.now_s();
         let mut log = self.log.lock();
+        // `since` is taken under the log mutex with time stopped until the new history is
+        // installed (the fence drops at the end of this function, after `st` is written).
+        let fence = self.raise_time_fence();
+        let now = fence.at / 1000;
         let mut history = ks.state.read().history.clone();
+        if history.last().is_some_and(|c| c.since > now) {
+            // Cannot happen (`now` never goes back and every `since` was a `now`), but a
+            // history out of order would break `expires_at`: refuse rather than corrupt it.
+            return Err(Error::Corruption {
+                file: self.dir.join("MANIFEST"),
+                offset: 0,
+                reason: format!("default-TTL history of '{}' is ahead of the clock", ks.name),
+            });
+        }
         history.push(TtlChange {
             since: now,
             default,
@@ -512,37 +626,38 @@ impl Inner {
             m.history.clone_from(&history);
         }
         manifest.next_seq = log.next_seq;
-        self.store_catalog_manifest(&manifest)?;
+        self.store_manifest_unless_unchanged(&manifest)?;
         log.manifest = manifest;
         let mut st = ks.state.write();
         let before = std::mem::replace(&mut st.history, history);
-        // Re-time: schedule every item whose deadline moved earlier. Timers that fire early
-        // (deadline moved later) are re-armed by the reaper; timers of items that can no longer
-        // expire are dropped when they fire. See DESIGN.md "Re-timing".
-        let mut timers = Vec::new();
-        for (key, e) in &st.map {
+        // Re-time: move the timer of every item whose deadline moved earlier (arming one if it
+        // had none). Timers that now fire early (deadline moved later) are re-armed by the
+        // reaper; timers of items that can no longer expire are dropped when they fire. See
+        // DESIGN.md "Re-timing".
+        let st = &mut *st;
+        let mut ex = self.expiry.lock();
+        for (key, e) in &mut st.map {
             if e.own_ttl() == ItemTtl::Never {
                 continue;
             }
-            let deadline = st.expires_at(e);
+            let deadline = ttl::expires_at(e.ts.get(), e.own_ttl(), &st.history);
             let earlier = ttl::expires_at(e.ts.get(), e.own_ttl(), &before);
             if deadline != ttl::NEVER && deadline < earlier {
-                timers.push((deadline, Box::<[u8]>::from(key.as_slice()), e.seq));
+                e.timer = match ex.wheel.reschedule(e.timer, deadline) {
+                    Some(moved) => moved,
+                    None => ex.wheel.insert(
+                        deadline,
+                        Timer {
+                            keyspace: ks.id,
+                            key: key.as_slice().into(),
+                        },
+                    ),
+                };
             }
         }
-        drop(st);
+        drop(ex);
+        drop(fence);
         drop(log);
-        let mut ex = self.expiry.lock();
-        for (deadline, key, seq) in timers {
-            ex.wheel.insert(
-                deadline,
-                Timer {
-                    keyspace: ks.id,
-                    key,
-                    seq,
-                },
-            );
-        }
         Ok(())
     }
 }

@@ -17,16 +17,16 @@ use crate::engine::Inner;
 use crate::error::Result;
 use crate::keydir::KeyspaceCore;
 use crate::ttl;
+use wheel::TimerHandle;
 
-/// A scheduled expiry: which record version to check.
+/// A scheduled expiry: which key to check. Each key has at most one (its entry holds the
+/// handle); a rewrite of the key moves the timer rather than adding one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timer {
     /// Keyspace id.
     pub keyspace: u32,
     /// The key.
     pub key: Box<[u8]>,
-    /// Sequence number of the record version the timer was set for.
-    pub seq: u64,
 }
 
 /// Published when an item expires.
@@ -46,7 +46,6 @@ impl Inner {
         let now = self.now_s();
         let mut fired = Vec::new();
         self.expiry.lock().wheel.advance(now, &mut fired);
-        let mut rearm = Vec::new();
         let mut events = Vec::new();
         let mut dead = Vec::new();
         let mut current: Option<(u32, Option<Arc<KeyspaceCore>>)> = None;
@@ -61,7 +60,8 @@ impl Inner {
             let Some(e) = st.map.get(&*timer.key).copied() else {
                 continue;
             };
-            if e.seq != timer.seq {
+            if self.expiry.lock().wheel.contains(e.timer) {
+                // A write re-armed the key's timer after this one fired: that one is in charge.
                 continue;
             }
             let at = st.expires_at(&e);
@@ -74,8 +74,17 @@ impl Inner {
                     key: timer.key.into_vec(),
                     expired_at: at,
                 });
-            } else if at != ttl::NEVER {
-                rearm.push((at, timer));
+            } else {
+                let key = timer.key.clone();
+                let handle = if at == ttl::NEVER {
+                    TimerHandle::NONE
+                } else {
+                    // Fired early (the deadline moved later): re-arm the same key.
+                    self.expiry.lock().wheel.insert(at, timer)
+                };
+                if let Some(e) = st.map.get_mut(&*key) {
+                    e.timer = handle;
+                }
             }
         }
         if !dead.is_empty() {
@@ -89,9 +98,6 @@ impl Inner {
         }
         {
             let mut ex = self.expiry.lock();
-            for (at, t) in rearm {
-                ex.wheel.insert(at, t);
-            }
             ex.reaped_upto = ex.reaped_upto.max(now);
         }
         self.record_reaped_upto(now);

@@ -65,10 +65,7 @@ const OVERFLOW: usize = WHEEL_LISTS + 1;
 const LISTS: usize = WHEEL_LISTS + 2;
 const _: () = assert!(DUE / SLOTS == LEVELS && OVERFLOW / SLOTS == LEVELS);
 const NIL: u32 = u32::MAX;
-const DEAD_HANDLE: TimerHandle = TimerHandle {
-    index: NIL,
-    generation: 0,
-};
+const DEAD_HANDLE: TimerHandle = TimerHandle::NONE;
 /// A drained list keeps its allocation for reuse if it holds at most this many items.
 const KEEP_CAPACITY: usize = 4096;
 /// Tombstones always tolerated before a sweep (small under test to exercise it).
@@ -81,6 +78,20 @@ const COMPACT_MIN: usize = if cfg!(test) { 4 } else { 1024 };
 pub struct TimerHandle {
     index: u32,
     generation: u32,
+}
+
+impl TimerHandle {
+    /// A handle that never names a pending timer.
+    pub const NONE: TimerHandle = TimerHandle {
+        index: NIL,
+        generation: 0,
+    };
+}
+
+impl Default for TimerHandle {
+    fn default() -> Self {
+        Self::NONE
+    }
 }
 
 /// A list item: live iff the slab slot `index` still has `generation`.
@@ -182,6 +193,47 @@ impl<T> TimerWheel<T> {
             self.compact();
         }
         Some(value)
+    }
+
+    /// Moves a pending timer to `deadline`, keeping its value, and returns its new handle (the
+    /// old one goes stale); `None` if the handle is stale. The old list item becomes a
+    /// tombstone, swept like a cancelled timer's. O(1) amortised.
+    pub fn reschedule(&mut self, handle: TimerHandle, deadline: u64) -> Option<TimerHandle> {
+        let entry = self.entries.get_mut(handle.index as usize)?;
+        let Entry::Occupied { generation, .. } = entry else {
+            return None;
+        };
+        if *generation != handle.generation {
+            return None;
+        }
+        *generation = generation.wrapping_add(1);
+        let moved = TimerHandle {
+            index: handle.index,
+            generation: *generation,
+        };
+        self.stale += 1;
+        self.place(Item {
+            deadline,
+            index: moved.index,
+            generation: moved.generation,
+        });
+        if self.stale > self.len.max(COMPACT_MIN) {
+            self.compact();
+        }
+        Some(moved)
+    }
+
+    /// True while `handle`'s timer is pending (neither fired nor cancelled).
+    #[must_use]
+    pub fn contains(&self, handle: TimerHandle) -> bool {
+        is_live(
+            &self.entries,
+            &Item {
+                deadline: 0,
+                index: handle.index,
+                generation: handle.generation,
+            },
+        )
     }
 
     /// A lower bound on the earliest pending deadline; `None` iff empty.
@@ -453,6 +505,43 @@ impl<T> fmt::Debug for TimerWheel<T> {
             .field("len", &self.len)
             .field("next_deadline", &self.next_deadline())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod reschedule_tests {
+    use super::*;
+
+    #[test]
+    fn reschedule_moves_a_timer_and_keeps_one_pending() {
+        let mut w = TimerWheel::new(100);
+        let h = w.insert(200, "k");
+        let h2 = w.reschedule(h, 150).expect("pending");
+        assert!(!w.contains(h) && w.contains(h2));
+        assert_eq!(w.len(), 1);
+        assert!(w.reschedule(h, 300).is_none(), "stale handle");
+        let mut fired = Vec::new();
+        w.advance(160, &mut fired);
+        assert_eq!(fired, vec![(150, "k")]);
+        w.advance(400, &mut fired);
+        assert_eq!(fired.len(), 1, "the old deadline does not fire again");
+        assert!(!w.contains(h2));
+    }
+
+    #[test]
+    fn many_reschedules_keep_memory_bounded() {
+        let mut w = TimerWheel::new(0);
+        let mut h = w.insert(10, 1u32);
+        for i in 0..100_000u64 {
+            h = w.reschedule(h, 10 + i % 5000).expect("pending");
+        }
+        assert_eq!(w.len(), 1);
+        let items: usize = w.lists.iter().map(Vec::len).sum();
+        assert!(
+            items <= 2 * COMPACT_MIN + 2,
+            "{items} list items for one timer"
+        );
+        assert!(!w.contains(TimerHandle::NONE));
     }
 }
 

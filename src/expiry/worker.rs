@@ -3,13 +3,14 @@
 //! With a clock that drives background work (the system clock) it wakes every tick interval to
 //! reap expired entries, run the compaction policy and, under `SyncPolicy::Periodic`, fsync.
 //! It also writes hint files for newly sealed segments. A job that fails or panics records its
-//! error; callers see it as [`Error::Worker`] from `maintain`, `compact`,
-//! `sync` and in `stats()`.
+//! error for `stats()` (`worker_error`, `worker_failures`) until a later job succeeds; a
+//! failing merge is retried with exponential backoff. Foreground calls (`maintain`, `compact`)
+//! report only their own errors: one background failure never wedges them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 
@@ -55,6 +56,66 @@ impl WorkerHandle {
     }
 }
 
+/// Exponential backoff for a background job that keeps failing (a merge on a full disk, a
+/// damaged segment): the first retry waits `BACKOFF_MIN`, each failure doubles the wait up to
+/// `BACKOFF_MAX`, a success resets it. So a persistent failure costs a few attempts a minute,
+/// not one every tick, and a transient one clears by itself.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+    not_before: Option<Instant>,
+}
+
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+impl Backoff {
+    fn ready(&self) -> bool {
+        self.not_before.is_none_or(|t| Instant::now() >= t)
+    }
+
+    fn failed(&mut self) {
+        let wait = BACKOFF_MIN
+            .saturating_mul(1u32 << self.failures.min(6))
+            .min(BACKOFF_MAX);
+        self.failures = self.failures.saturating_add(1);
+        self.not_before = Some(Instant::now() + wait);
+    }
+
+    fn succeeded(&mut self) {
+        *self = Self::default();
+    }
+}
+
+/// Records the outcome of a background job: a failure is kept (with a count) for `stats()`
+/// until a later job succeeds. `Closed`/`Poisoned` are not failures of the job.
+fn record(inner: &Inner, outcome: std::thread::Result<Result<()>>) -> bool {
+    let failure = match outcome {
+        Ok(Ok(())) | Ok(Err(Error::Closed | Error::Poisoned)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into());
+            Some(format!("worker panicked: {what}"))
+        }
+    };
+    let mut state = inner.worker_error.lock();
+    match failure {
+        Some(msg) => {
+            state.last = Some(msg);
+            state.failures += 1;
+            false
+        }
+        None => {
+            state.last = None;
+            true
+        }
+    }
+}
+
 /// Starts the worker for `inner`.
 ///
 /// # Errors
@@ -68,56 +129,57 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
             let background = inner.opts.clock.drives_background();
             let mut last_sync = Instant::now();
             let mut ticks: u64 = 0;
+            let mut compaction = Backoff::default();
             loop {
                 let msg = match rx.recv_timeout(tick) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => Message::Tick,
                     Err(RecvTimeoutError::Disconnected) => Message::Shutdown,
                 };
-                let job = || -> Result<()> {
-                    match msg {
-                        Message::Shutdown => Ok(()),
-                        Message::Tick => {
-                            if background {
-                                inner.reap()?;
-                                ticks += 1;
-                                // The policy is cheap (it reads counters), but merging is not:
-                                // look every 4 ticks.
-                                if ticks.is_multiple_of(4) {
-                                    crate::compaction::run(&inner, false)?;
+                let run = |job: &mut dyn FnMut() -> Result<()>| {
+                    record(&inner, catch_unwind(AssertUnwindSafe(job)))
+                };
+                match msg {
+                    Message::Shutdown => break,
+                    Message::Tick => {
+                        if background {
+                            run(&mut || inner.reap().map(|_| ()));
+                            ticks += 1;
+                            // The policy is cheap (it reads counters), but merging is not:
+                            // look every 4 ticks, and back off while merges keep failing.
+                            if ticks.is_multiple_of(4) && compaction.ready() {
+                                if run(&mut || crate::compaction::run(&inner, false).map(|_| ())) {
+                                    compaction.succeeded();
+                                } else {
+                                    compaction.failed();
                                 }
                             }
-                            if let SyncPolicy::Periodic(every) = inner.opts.sync {
-                                if last_sync.elapsed() >= every {
-                                    inner.periodic_sync()?;
-                                    last_sync = Instant::now();
-                                }
-                            }
-                            Ok(())
                         }
-                        Message::Compact => {
+                        if let SyncPolicy::Periodic(every) = inner.opts.sync {
+                            if last_sync.elapsed() >= every {
+                                run(&mut || inner.periodic_sync());
+                                last_sync = Instant::now();
+                            }
+                        }
+                    }
+                    Message::Compact => {
+                        // An explicit request: tried now, whatever the backoff says.
+                        let ok = run(&mut || {
                             inner.reap()?;
                             crate::compaction::run(&inner, false).map(|_| ())
+                        });
+                        if ok {
+                            compaction.succeeded();
+                        } else {
+                            compaction.failed();
                         }
-                        Message::Sync => inner.periodic_sync(),
-                        Message::WriteHint(id) => crate::compaction::write_hint_for(&inner, id),
                     }
-                };
-                match catch_unwind(AssertUnwindSafe(job)) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(Error::Closed | Error::Poisoned)) => {}
-                    Ok(Err(e)) => *inner.worker_error.lock() = Some(e.to_string()),
-                    Err(panic) => {
-                        let what = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_string())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "panic".into());
-                        *inner.worker_error.lock() = Some(format!("worker panicked: {what}"));
+                    Message::Sync => {
+                        run(&mut || inner.periodic_sync());
                     }
-                }
-                if msg == Message::Shutdown {
-                    break;
+                    Message::WriteHint(id) => {
+                        run(&mut || crate::compaction::write_hint_for(&inner, id));
+                    }
                 }
             }
         })?;

@@ -66,8 +66,7 @@ impl ActiveFile {
     /// # Errors
     /// The OS error from `fdatasync`.
     pub fn sync(&self, path: &Path) -> io::Result<()> {
-        faults::check(path, FaultKind::Sync)?;
-        self.file.sync_data()
+        faults::sync_file(&self.file, path, true)
     }
 
     /// The flushed record at `offset` straight from the mapping, if it is there.
@@ -123,8 +122,7 @@ impl ActiveWriter {
             .write(true)
             .open(&path)?;
         faults::write_all_at(&file, &path, &header.encode(), 0)?;
-        faults::check(&path, FaultKind::Sync)?;
-        file.sync_all()?;
+        faults::sync_file(&file, &path, false)?;
         let len = SEGMENT_HEADER_LEN as u64;
         Ok(Self {
             shared: Arc::new(ActiveFile::new(id, file, len, map_len)),
@@ -160,8 +158,7 @@ impl ActiveWriter {
             let path = segment_path(dir, header.id);
             faults::check(&path, FaultKind::Truncate)?;
             file.set_len(valid_len)?;
-            faults::check(&path, FaultKind::Sync)?;
-            file.sync_all()?;
+            faults::sync_file(&file, &path, false)?;
             valid_len
         } else {
             physical.max(valid_len)
@@ -191,8 +188,7 @@ impl ActiveWriter {
         if self.shared.file.metadata()?.len() > self.len {
             faults::check(&self.path, FaultKind::Truncate)?;
             self.shared.file.set_len(self.len)?;
-            faults::check(&self.path, FaultKind::Sync)?;
-            return self.shared.file.sync_all();
+            return faults::sync_file(&self.shared.file, &self.path, false);
         }
         self.sync()
     }

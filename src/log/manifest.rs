@@ -144,8 +144,7 @@ impl Manifest {
             let mut f = File::create(&tmp)?;
             faults::check(&tmp, FaultKind::Write)?;
             f.write_all(&out)?;
-            faults::check(&tmp, FaultKind::Sync)?;
-            f.sync_all()?;
+            faults::sync_file(&f, &tmp, false)?;
             faults::check(&tmp, FaultKind::Rename)?;
             fs::rename(&tmp, dir.join("MANIFEST"))
         })()

@@ -13,7 +13,6 @@ pub mod mmap;
 pub mod scan;
 pub mod segment;
 
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -49,8 +48,7 @@ pub fn parse_file_name(name: &str) -> Option<(u32, &'static str)> {
 /// # Errors
 /// The OS error from opening or syncing the directory.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    crate::faults::check(dir, crate::faults::FaultKind::Sync)?;
-    File::open(dir)?.sync_all()
+    crate::faults::sync_dir(dir)
 }
 
 #[cfg(test)]
