@@ -22,6 +22,41 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 /// several cache misses per tree level).
 pub type Key = smallvec::SmallVec<[u8; 16]>;
 
+/// A write second in 40 bits (5 bytes, alignment 1): up to 2^40 - 1 s after the Unix epoch,
+/// the year 36812. Keeps [`Entry`] at 40 bytes where a `u64` would make it 48; a `u32` ran out
+/// in 2106.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriteSecs([u8; 5]);
+
+impl WriteSecs {
+    /// The largest second that fits.
+    pub const MAX: u64 = (1 << 40) - 1;
+
+    /// `secs`, or `None` if it is past [`WriteSecs::MAX`].
+    #[must_use]
+    pub fn new(secs: u64) -> Option<Self> {
+        if secs > Self::MAX {
+            return None;
+        }
+        let b = secs.to_le_bytes();
+        Some(Self([b[0], b[1], b[2], b[3], b[4]]))
+    }
+
+    /// `secs`, or [`WriteSecs::MAX`] if it is past it (for records read from disk, which the
+    /// write path never gives such a time).
+    #[must_use]
+    pub fn saturating(secs: u64) -> Self {
+        Self::new(secs.min(Self::MAX)).unwrap_or(Self([0xff; 5]))
+    }
+
+    /// The second.
+    #[must_use]
+    pub fn get(self) -> u64 {
+        let [a, b, c, d, e] = self.0;
+        u64::from_le_bytes([a, b, c, d, e, 0, 0, 0])
+    }
+}
+
 /// Location and expiry metadata of a key's newest record (40 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
@@ -33,8 +68,8 @@ pub struct Entry {
     pub offset: u32,
     /// Length of the whole record.
     pub len: u32,
-    /// Write second (`_ts`), saturated to `u32` (good until the year 2106).
-    pub ts: u32,
+    /// Write second (`_ts`).
+    pub ts: WriteSecs,
     /// The record's own TTL in its 4-byte wire form (see [`Entry::own_ttl`]).
     pub ttl: i32,
     /// Record flags (SHADOWS).
@@ -75,7 +110,7 @@ impl KeyspaceState {
     /// First second at which `e` is expired, or [`ttl::NEVER`].
     #[must_use]
     pub fn expires_at(&self, e: &Entry) -> u64 {
-        ttl::expires_at(u64::from(e.ts), e.own_ttl(), &self.history)
+        ttl::expires_at(e.ts.get(), e.own_ttl(), &self.history)
     }
 
     /// The entry for `key` if it is live at second `now`.
@@ -118,6 +153,15 @@ mod tests {
     }
 
     #[test]
+    fn write_secs_round_trip_past_2106() {
+        for s in [0, 1, u64::from(u32::MAX), 5_000_000_000, WriteSecs::MAX] {
+            assert_eq!(WriteSecs::new(s).map(WriteSecs::get), Some(s));
+        }
+        assert_eq!(WriteSecs::new(WriteSecs::MAX + 1), None);
+        assert_eq!(WriteSecs::saturating(u64::MAX).get(), WriteSecs::MAX);
+    }
+
+    #[test]
     fn live_filters_by_history() {
         let mut st = KeyspaceState {
             history: vec![TtlChange {
@@ -131,7 +175,7 @@ mod tests {
             file: 1,
             offset: 32,
             len: 50,
-            ts: 100,
+            ts: WriteSecs::saturating(100),
             ttl: 0,
             flags: 0,
             timer: TimerHandle::NONE,

@@ -125,7 +125,7 @@ mod tests {
             file: 1,
             offset: 0,
             len: 0,
-            ts: 0,
+            ts: crate::keydir::WriteSecs::default(),
             ttl: 0,
             flags: 0,
             timer: crate::expiry::wheel::TimerHandle::NONE,

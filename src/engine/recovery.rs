@@ -68,7 +68,7 @@ impl Loader {
             file,
             offset,
             len,
-            ts: u32::try_from(meta.ts()).unwrap_or(u32::MAX),
+            ts: crate::keydir::WriteSecs::saturating(meta.ts()),
             ttl: meta.ttl.to_wire(),
             flags: meta.flags | tombstone,
             timer: TimerHandle::NONE,

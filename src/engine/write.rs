@@ -19,7 +19,7 @@ use crate::expiry::wheel::TimerHandle;
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
-use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
+use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState, WriteSecs};
 use crate::log::active::ActiveWriter;
 use crate::log::manifest::{KeyspaceMeta, SealedSegment, StoreError};
 use crate::log::segment::Segment;
@@ -92,6 +92,19 @@ pub(crate) fn next_id(id: u32) -> Result<u32> {
     id.checked_add(1)
         .filter(|&n| n <= super::recovery::MAX_FILE_ID)
         .ok_or_else(|| Error::TooLarge("file or keyspace ids exhausted".into()))
+}
+
+/// Refuses a write at a second the key directory cannot hold ([`WriteSecs::MAX`], the year
+/// 36812), before anything is written, rather than storing a wrong `_ts`.
+fn check_write_second(now: u64) -> Result<()> {
+    if now > WriteSecs::MAX {
+        return Err(Error::BadRequest(format!(
+            "the clock reads {now} s since the Unix epoch; write times up to {} s (year 36812) \
+             can be stored",
+            WriteSecs::MAX
+        )));
+    }
+    Ok(())
 }
 
 /// Write-locks the state of every keyspace `ops` touch, in id order.
@@ -203,6 +216,7 @@ impl Inner {
             None => self.now_ms(),
         };
         let now = now_ms / 1000;
+        check_write_second(now)?;
         let (existed, pos) = {
             let mut log = self.log.lock();
             self.check_writable()?;
@@ -291,10 +305,7 @@ impl Inner {
                 let live = match &slot {
                     Entry_::Occupied(o) => {
                         let e = o.get();
-                        !ttl::is_expired(
-                            ttl::expires_at(u64::from(e.ts), e.own_ttl(), history),
-                            now,
-                        )
+                        !ttl::is_expired(ttl::expires_at(e.ts.get(), e.own_ttl(), history), now)
                     }
                     Entry_::Vacant(_) => false,
                 };
@@ -330,8 +341,8 @@ impl Inner {
                     Entry_::Vacant(_) => TimerHandle::NONE,
                 };
                 let old = if kind == Kind::Put {
-                    let ts = u32::try_from(meta.ts()).unwrap_or(u32::MAX);
-                    let deadline = ttl::expires_at(u64::from(ts), own, history);
+                    let ts = WriteSecs::saturating(meta.ts());
+                    let deadline = ttl::expires_at(ts.get(), own, history);
                     let timer = if deadline == ttl::NEVER {
                         if old_timer != TimerHandle::NONE {
                             expiry
@@ -628,8 +639,8 @@ impl Inner {
             if e.own_ttl() == ItemTtl::Never {
                 continue;
             }
-            let deadline = ttl::expires_at(u64::from(e.ts), e.own_ttl(), &st.history);
-            let earlier = ttl::expires_at(u64::from(e.ts), e.own_ttl(), &before);
+            let deadline = ttl::expires_at(e.ts.get(), e.own_ttl(), &st.history);
+            let earlier = ttl::expires_at(e.ts.get(), e.own_ttl(), &before);
             if deadline != ttl::NEVER && deadline < earlier {
                 e.timer = match ex.wheel.reschedule(e.timer, deadline) {
                     Some(moved) => moved,
