@@ -49,9 +49,14 @@ impl SegStats {
 
     /// Records that a record of `len` bytes expired at `at` (its bytes are already dead).
     pub fn note_expired(&mut self, len: u64, at: u64) {
-        self.expired_bytes += len;
-        self.expired_items += 1;
-        self.oldest_expiry = self.oldest_expiry.min(at);
+        self.note_expired_many(len, 1, at);
+    }
+
+    /// Records that `items` records of `bytes` bytes in all expired, the earliest at `oldest`.
+    pub fn note_expired_many(&mut self, bytes: u64, items: u64, oldest: u64) {
+        self.expired_bytes += bytes;
+        self.expired_items += items;
+        self.oldest_expiry = self.oldest_expiry.min(oldest);
     }
 
     /// Share of dead bytes, 0.0 for an empty segment.
@@ -107,6 +112,9 @@ pub struct Stats {
     pub expirations: u64,
     /// Merges run since open.
     pub merges: u64,
+    /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once it
+    /// passes 65,536, so it stays bounded at any write rate.
+    pub expiry_backlog: u64,
     /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
     /// deadline, however often keys are rewritten.
     pub timers_armed: usize,
@@ -221,6 +229,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     st.expirations = inner.expirations.load(Ordering::Relaxed);
     st.merges = inner.merges.load(Ordering::Relaxed);
     st.timers_armed = inner.expiry.lock().wheel.len();
+    st.expiry_backlog = inner.reap_backlog.load(Ordering::Relaxed);
     {
         let w = inner.worker_error.lock();
         st.worker_error.clone_from(&w.last);

@@ -122,6 +122,8 @@ pub(crate) struct Inner {
     /// Second handle to `CLOCK`, fsynced without holding `clockfile`.
     clock_sync: std::fs::File,
     pub(crate) expiry: Mutex<ExpiryState>,
+    /// `expiry.due.len()`, readable without the lock: writers check it after every write.
+    pub(crate) reap_backlog: AtomicU64,
     pub(crate) subscribers: Mutex<Vec<Sender<ExpiryEvent>>>,
     pub(crate) expirations: AtomicU64,
     pub(crate) merges: AtomicU64,
@@ -221,6 +223,11 @@ struct SyncState {
 pub(crate) struct ExpiryState {
     pub(crate) wheel: TimerWheel<Timer>,
     pub(crate) reaped_upto: u64,
+    /// Timers the wheel has fired that no one has handled yet (the reaping backlog), oldest
+    /// first. The worker drains it; writers help when it grows (see `Inner::reap_upto`).
+    pub(crate) due: std::collections::VecDeque<Timer>,
+    /// Timers taken from `due` and being handled right now.
+    pub(crate) in_flight: usize,
 }
 
 impl Store {
@@ -435,6 +442,13 @@ impl Store {
 
 #[cfg(feature = "test-hooks")]
 impl Store {
+    /// Test hook: fires every due timer into the reaping backlog without handling any, as a
+    /// worker that fell behind would leave it.
+    #[doc(hidden)]
+    pub fn queue_due_expirations(&self) -> Result<()> {
+        self.inner.reap_upto(0).map(|_| ())
+    }
+
     /// Test hook: the process dies now. The background worker stops, nothing more is written:
     /// what sits in the write buffer is lost, what was written to files stays (as after
     /// `kill -9`, the OS keeps its cache). Every later write fails with [`Error::Closed`];

@@ -159,7 +159,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                         at,
                         Timer {
                             keyspace: meta.id,
-                            key: key.as_slice().into(),
+                            key: key.clone(),
                         },
                     );
                 }
@@ -243,7 +243,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         expiry: Mutex::new(ExpiryState {
             wheel,
             reaped_upto: clock_state.reaped_upto,
+            due: std::collections::VecDeque::new(),
+            in_flight: 0,
         }),
+        reap_backlog: AtomicU64::new(0),
         subscribers: Mutex::new(Vec::new()),
         expirations: AtomicU64::new(0),
         merges: AtomicU64::new(0),

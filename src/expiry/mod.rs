@@ -15,12 +15,11 @@ pub mod wheel;
 pub(crate) mod wheel;
 pub(crate) mod worker;
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use crate::engine::Inner;
 use crate::error::Result;
-use crate::keydir::KeyspaceCore;
 use crate::ttl;
 use wheel::TimerHandle;
 
@@ -31,7 +30,8 @@ pub struct Timer {
     /// Keyspace id.
     pub keyspace: u32,
     /// The key.
-    pub key: Box<[u8]>,
+    /// Up to 16 bytes inline (no allocation per timer for the usual session or id keys).
+    pub key: crate::keydir::Key,
 }
 
 /// Published when an item expires.
@@ -45,73 +45,152 @@ pub struct ExpiryEvent {
     pub expired_at: u64,
 }
 
+/// Fired timers of one keyspace processed under one hold of its write lock (and of the wheel):
+/// big enough that a pass over millions of expirations is not dominated by locking, small
+/// enough that a writer waiting for the keyspace waits for at most this many removals.
+const REAP_CHUNK: usize = 1024;
+
+/// A reaping backlog (fired, unhandled timers) above which every write also handles some.
+pub(crate) const ASSIST_BACKLOG: u64 = 65_536;
+
+/// Timers a write handles per key it wrote when it assists.
+pub(crate) const ASSIST_PER_KEY: usize = 4;
+
 impl Inner {
-    /// Fires every timer due at the engine's `now`; returns how many items expired.
+    /// Fires every timer due at the engine's `now` and handles all of them; returns how many
+    /// items expired.
     pub(crate) fn reap(&self) -> Result<usize> {
+        self.reap_upto(usize::MAX)
+    }
+
+    /// A write's share of reaping when the worker has fallen behind: at most `limit` fired
+    /// timers. Expiry therefore keeps pace with any write rate: the more a writer outruns the
+    /// worker, the more of the backlog it handles itself.
+    pub(crate) fn assist_reaping(&self, keys_written: usize) {
+        if self.reap_backlog.load(Ordering::Relaxed) > ASSIST_BACKLOG {
+            let _ = self.reap_upto(keys_written.saturating_mul(ASSIST_PER_KEY).max(64));
+        }
+    }
+
+    /// Moves every timer due at `now` from the wheel into the backlog, then handles up to
+    /// `limit` of the oldest. Fired timers are grouped by keyspace (keeping deadline order
+    /// within each) and handled `REAP_CHUNK` at a time, each chunk under one write lock of the
+    /// keyspace and one lock of the wheel; dead bytes are accounted under the log mutex once per
+    /// call. Events are built only when someone subscribed. The second up to which events were
+    /// delivered advances only when the backlog is empty and nothing is in flight.
+    pub(crate) fn reap_upto(&self, limit: usize) -> Result<usize> {
         let now = self.now_s();
-        let mut fired = Vec::new();
-        self.expiry.lock().wheel.advance(now, &mut fired);
+        let taken: Vec<Timer> = {
+            let mut ex = self.expiry.lock();
+            if ex.wheel.now() < now || ex.wheel.next_deadline().is_some_and(|d| d <= now) {
+                let mut fired = Vec::new();
+                ex.wheel.advance(now, &mut fired);
+                ex.due.extend(fired.into_iter().map(|(_, t)| t));
+            }
+            let n = limit.min(ex.due.len());
+            let taken: Vec<Timer> = ex.due.drain(..n).collect();
+            ex.in_flight += taken.len();
+            self.reap_backlog
+                .store(ex.due.len() as u64, Ordering::Relaxed);
+            taken
+        };
+        let handled = taken.len();
+        let expired = self.handle_fired(now, taken);
+        let complete = {
+            let mut ex = self.expiry.lock();
+            ex.in_flight -= handled;
+            let complete = ex.due.is_empty() && ex.in_flight == 0;
+            if complete {
+                ex.reaped_upto = ex.reaped_upto.max(now);
+            }
+            complete
+        };
+        if complete {
+            self.record_reaped_upto(now);
+        }
+        self.expirations
+            .fetch_add(expired as u64, Ordering::Relaxed);
+        Ok(expired)
+    }
+
+    /// Handles fired timers: frees the entries that are due, re-arms the ones whose deadline
+    /// moved later, publishes events. Returns how many items expired.
+    fn handle_fired(&self, now: u64, fired: Vec<Timer>) -> usize {
+        if fired.is_empty() {
+            return 0;
+        }
+        let want_events = !self.subscribers.lock().is_empty();
+        let mut by_keyspace: Vec<(u32, Vec<Timer>)> = Vec::new();
+        for timer in fired {
+            match by_keyspace.iter_mut().find(|(id, _)| *id == timer.keyspace) {
+                Some((_, list)) => list.push(timer),
+                None => by_keyspace.push((timer.keyspace, vec![timer])),
+            }
+        }
         let mut events = Vec::new();
-        let mut dead = Vec::new();
-        let mut current: Option<(u32, Option<Arc<KeyspaceCore>>)> = None;
-        for (_, timer) in fired {
-            if current.as_ref().map(|c| c.0) != Some(timer.keyspace) {
-                current = Some((timer.keyspace, self.keyspace_by_id(timer.keyspace)));
-            }
-            let Some(core) = current.as_ref().and_then(|c| c.1.as_ref()) else {
-                continue;
+        let mut expired = 0usize;
+        // Per file: (dead bytes, items, oldest deadline).
+        let mut dead: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+        for (ks_id, timers) in by_keyspace {
+            let Some(core) = self.keyspace_by_id(ks_id) else {
+                continue; // dropped keyspace: its entries are gone already
             };
-            let mut st = core.state.write();
-            let Some(e) = st.map.get(&*timer.key).copied() else {
-                continue;
-            };
-            if self.expiry.lock().wheel.contains(e.timer) {
-                // A write re-armed the key's timer after this one fired: that one is in charge.
-                continue;
-            }
-            let at = st.expires_at(&e);
-            if at <= now {
-                st.map.remove(&*timer.key);
-                drop(st);
-                dead.push((e.file, u64::from(e.len), at));
-                events.push(ExpiryEvent {
-                    keyspace: core.name.clone(),
-                    key: timer.key.into_vec(),
-                    expired_at: at,
-                });
-            } else {
-                let key = timer.key.clone();
-                let handle = if at == ttl::NEVER {
-                    TimerHandle::NONE
-                } else {
-                    // Fired early (the deadline moved later): re-arm the same key.
-                    self.expiry.lock().wheel.insert(at, timer)
-                };
-                if let Some(e) = st.map.get_mut(&*key) {
-                    e.timer = handle;
+            let mut timers = timers.into_iter().peekable();
+            while timers.peek().is_some() {
+                let mut st = core.state.write();
+                let mut ex = self.expiry.lock();
+                for timer in timers.by_ref().take(REAP_CHUNK) {
+                    let Some(e) = st.map.get(&*timer.key).copied() else {
+                        continue;
+                    };
+                    if ex.wheel.contains(e.timer) {
+                        // A write re-armed the key's timer after this one fired: that one is
+                        // in charge.
+                        continue;
+                    }
+                    let at = st.expires_at(&e);
+                    if at <= now {
+                        st.map.remove(&*timer.key);
+                        let d = dead.entry(e.file).or_insert((0, 0, ttl::NEVER));
+                        d.0 += u64::from(e.len);
+                        d.1 += 1;
+                        d.2 = d.2.min(at);
+                        expired += 1;
+                        if want_events {
+                            events.push(ExpiryEvent {
+                                keyspace: core.name.clone(),
+                                key: timer.key.to_vec(),
+                                expired_at: at,
+                            });
+                        }
+                    } else {
+                        let key = timer.key.clone();
+                        let handle = if at == ttl::NEVER {
+                            TimerHandle::NONE
+                        } else {
+                            // Fired early (the deadline moved later): re-arm the same key.
+                            ex.wheel.insert(at, timer)
+                        };
+                        if let Some(e) = st.map.get_mut(&*key) {
+                            e.timer = handle;
+                        }
+                    }
                 }
             }
         }
         if !dead.is_empty() {
             let mut log = self.log.lock();
-            for (file, len, at) in dead {
+            for (file, (bytes, items, oldest)) in dead {
                 if let Some(s) = log.segstats.get_mut(&file) {
-                    s.dead += len;
-                    s.note_expired(len, at);
+                    s.dead += bytes;
+                    s.note_expired_many(bytes, items, oldest);
                 }
             }
         }
-        {
-            let mut ex = self.expiry.lock();
-            ex.reaped_upto = ex.reaped_upto.max(now);
-        }
-        self.record_reaped_upto(now);
-        let n = events.len();
-        self.expirations.fetch_add(n as u64, Ordering::Relaxed);
-        if n > 0 {
+        if !events.is_empty() {
             let mut subs = self.subscribers.lock();
             subs.retain(|tx| events.iter().all(|ev| tx.send(ev.clone()).is_ok()));
         }
-        Ok(n)
+        expired
     }
 }
