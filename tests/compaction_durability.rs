@@ -108,11 +108,15 @@ fn worker_compaction_keeps_synced_versions_of_buffered_overwrites() -> ebbdb::Re
             let store = Store::open_with(dir.path(), opts(sync))?;
             let allowed = setup(&store, None)?;
             store.request_compaction();
-            // Wait (bounded) for the worker's merge; the check does not depend on it having run.
+            // Wait (bounded) for the worker's merge.
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while store.stats().merges == 0 && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
             }
+            assert!(
+                store.stats().merges > 0,
+                "{sync:?}: the worker did not merge within 10 s, so nothing was tested"
+            );
             store.simulate_crash();
             allowed
         };

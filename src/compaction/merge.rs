@@ -320,6 +320,12 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     // So the log is made durable up to everything appended so far (which covers every write
     // the decisions saw) before the manifest swaps the inputs out.
     let decided_upto = inner.log.lock().appended;
+    // Until the manifest names them, the outputs are ours to remove if anything fails (the
+    // worker retries failed merges: leaving them would fill the disk a copy per attempt).
+    let unpublished = UnpublishedOutputs {
+        inner,
+        ids: written.iter().map(|&(id, _, _)| id).collect(),
+    };
     inner.sync_to(decided_upto)?;
 
     // 3. Publish. The outputs' byte accounting goes in with the manifest, so a write that
@@ -349,6 +355,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         log.segstats
             .extend(written.iter().map(|&(id, stats, _)| (id, stats)));
     }
+    unpublished.published();
     crash_here(inner, CrashPoint::AfterPublish)?;
     // The manifest names the outputs: give them their real names (a crash before this is
     // rolled forward at open) and map them. A failure here leaves the disk ahead of memory:
@@ -419,6 +426,35 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         .merges
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(report)
+}
+
+/// Finished merge outputs that no manifest names yet: removed on drop unless published. (After
+/// a failed directory fsync the store is poisoned and open settles the files.)
+struct UnpublishedOutputs<'a> {
+    inner: &'a Inner,
+    ids: Vec<u32>,
+}
+
+impl UnpublishedOutputs<'_> {
+    fn published(mut self) {
+        self.ids.clear();
+    }
+}
+
+impl Drop for UnpublishedOutputs<'_> {
+    fn drop(&mut self) {
+        if self
+            .inner
+            .poisoned
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return; // the manifest may name them after all: leave them to open
+        }
+        for &id in &self.ids {
+            let _ = std::fs::remove_file(segment_tmp_path(&self.inner.dir, id));
+            let _ = std::fs::remove_file(hint_path(&self.inner.dir, id));
+        }
+    }
 }
 
 /// Key-directory moves made under one keyspace write lock.

@@ -500,8 +500,9 @@ impl Inner {
     /// Stops time at the current instant until the returned fence is dropped; see
     /// [`TimeFence`]. Only one fence at a time: the caller holds the log mutex.
     pub(crate) fn raise_time_fence(&self) -> TimeFence<'_> {
-        self.fence_ms.store(FENCE_PENDING, Ordering::SeqCst);
+        // The clock is the caller's code and may panic: read it before anything is pending.
         let clock = self.opts.clock.now_unix_millis();
+        self.fence_ms.store(FENCE_PENDING, Ordering::SeqCst);
         let at = self.hw_ms.fetch_max(clock, Ordering::SeqCst).max(clock);
         self.fence_ms.store(at, Ordering::SeqCst);
         TimeFence { inner: self, at }

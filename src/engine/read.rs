@@ -3,7 +3,8 @@
 //! A reader finds the entry and the segment holding it under the keyspace's read lock (so a
 //! concurrent merge cannot retire the segment between the two), then copies the record out
 //! without any lock for sealed segments (mapping) or the flushed part of the active segment
-//! (`pread`); only a record still in the active buffer is copied under the log mutex. Every
+//! (`pread`); a record still in the active segment's unflushed tail is copied under the tail's
+//! own lock (never the log mutex, which is held across fsyncs). Every
 //! record read is checked: CRC, and that it is the key that was asked for.
 
 use std::sync::Arc;

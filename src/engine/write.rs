@@ -149,6 +149,7 @@ impl Inner {
         ops: &[Op],
         guards: &[(u32, RwLockWriteGuard<'_, KeyspaceState>)],
         batch_seq: u64,
+        now: u64,
     ) -> Result<()> {
         for op in ops {
             let mut scans = op.ks.scans.lock();
@@ -161,14 +162,25 @@ impl Inner {
             let image = match st.map.get(op.key.as_slice()) {
                 None => None,
                 Some(e) => {
-                    let seg = self.locate(e).ok_or_else(|| {
-                        Error::corruption(
-                            crate::log::segment_path(&self.dir, e.file),
-                            u64::from(e.offset),
-                            "segment of a key-directory entry is not published",
-                        )
-                    })?;
-                    Some((*e, self.read_value(&seg, e, &op.key)?))
+                    let read = self
+                        .locate(e)
+                        .ok_or_else(|| {
+                            Error::corruption(
+                                crate::log::segment_path(&self.dir, e.file),
+                                u64::from(e.offset),
+                                "segment of a key-directory entry is not published",
+                            )
+                        })
+                        .and_then(|seg| self.read_value(&seg, e, &op.key));
+                    match read {
+                        Ok(value) => Some((*e, value)),
+                        // Expired at this batch's `now` (so at every later scan `now` too): a
+                        // merge may already have dropped its record while the key directory
+                        // still names it. A scan that started earlier could have seen it live;
+                        // it sees the key as absent instead, never a wrong value.
+                        Err(_) if !st.is_live(e, now) => None,
+                        Err(err) => return Err(err),
+                    }
                 }
             };
             scans.record(batch_seq, &op.key, image);
@@ -275,7 +287,7 @@ impl Inner {
             if batch {
                 // Open scans must not see half of this batch either: record before-images
                 // first, so a failed value read refuses the batch before anything is appended.
-                self.record_before_images(ops, &guards, seq)?;
+                self.record_before_images(ops, &guards, seq, now)?;
             }
             if batch {
                 let header = Meta {

@@ -50,6 +50,9 @@ pub struct ExpiryEvent {
 /// enough that a writer waiting for the keyspace waits for at most this many removals.
 const REAP_CHUNK: usize = 1024;
 
+/// Fired timers the worker takes from the backlog at a time.
+const REAP_SLICE: usize = 16 * REAP_CHUNK;
+
 /// A reaping backlog (fired, unhandled timers) above which every write also handles some.
 pub(crate) const ASSIST_BACKLOG: u64 = 65_536;
 
@@ -60,7 +63,18 @@ impl Inner {
     /// Fires every timer due at the engine's `now` and handles all of them; returns how many
     /// items expired.
     pub(crate) fn reap(&self) -> Result<usize> {
-        self.reap_upto(usize::MAX)
+        // In slices, so the backlog others see (and help with) is the real one.
+        // Bounded by what was due when the pass began, so a pass always ends (and the worker
+        // gets to compaction) even while timers keep firing; the next pass takes the rest.
+        let mut expired = self.reap_upto(REAP_SLICE)?;
+        let slices = self.reap_backlog.load(Ordering::Relaxed) / REAP_SLICE as u64 + 1;
+        for _ in 0..slices {
+            if self.reap_backlog.load(Ordering::Relaxed) == 0 {
+                break;
+            }
+            expired += self.reap_upto(REAP_SLICE)?;
+        }
+        Ok(expired)
     }
 
     /// A write's share of reaping when the worker has fallen behind: at most `limit` fired

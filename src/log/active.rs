@@ -202,9 +202,7 @@ impl ActiveWriter {
             faults::sync_file(&file, &path, false)?;
             valid_len
         } else {
-            let path = segment_path(dir, header.id);
-            faults::check(&path, FaultKind::Sync)?;
-            file.sync_data()?;
+            faults::sync_file(&file, &segment_path(dir, header.id), true)?;
             physical.max(valid_len)
         };
         Ok(Self {
