@@ -56,7 +56,7 @@ const REAP_SLICE: usize = 16 * REAP_CHUNK;
 /// A reaping backlog (fired, unhandled timers) above which every write also handles some.
 pub(crate) const ASSIST_BACKLOG: u64 = 65_536;
 
-/// Timers a write handles per key it wrote when it assists.
+/// The most timers a write handles per key it wrote when it assists.
 pub(crate) const ASSIST_PER_KEY: usize = 4;
 
 impl Inner {
@@ -81,8 +81,13 @@ impl Inner {
     /// timers. Expiry therefore keeps pace with any write rate: the more a writer outruns the
     /// worker, the more of the backlog it handles itself.
     pub(crate) fn assist_reaping(&self, keys_written: usize) {
-        if self.reap_backlog.load(Ordering::Relaxed) > ASSIST_BACKLOG {
-            let _ = self.reap_upto(keys_written.saturating_mul(ASSIST_PER_KEY).max(64));
+        let backlog = self.reap_backlog.load(Ordering::Relaxed);
+        if backlog > ASSIST_BACKLOG {
+            // The share grows with the backlog (1 timer per key written at the threshold, up to
+            // ASSIST_PER_KEY at 4× it), so writers slow down gradually rather than in steps:
+            // a step makes the write rate, and TTL seconds later the expiry rate, oscillate.
+            let share = (backlog / ASSIST_BACKLOG).clamp(1, ASSIST_PER_KEY as u64) as usize;
+            let _ = self.reap_upto(keys_written.saturating_mul(share).max(64));
         }
     }
 

@@ -126,7 +126,6 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
             let tick = inner.opts.tick_interval;
             let background = inner.opts.clock.drives_background();
             let mut last_sync = Instant::now();
-            let mut ticks: u64 = 0;
             let mut compaction = Backoff::default();
             loop {
                 let msg = match rx.recv_timeout(tick) {
@@ -142,10 +141,11 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     Message::Tick => {
                         if background {
                             run(&mut || inner.reap().map(|_| ()));
-                            ticks += 1;
-                            // The policy is cheap (it reads counters), but merging is not:
-                            // look every 4 ticks, and back off while merges keep failing.
-                            if ticks.is_multiple_of(4) && compaction.ready() {
+                            // The policy is cheap (it reads counters) and what it finds is
+                            // mostly whole dead segments (dropped unread), so it runs after
+                            // every expiry pass: reclaiming space then follows the backlog, not
+                            // a fixed cadence. It backs off while merges keep failing.
+                            if compaction.ready() {
                                 if run(&mut || crate::compaction::run(&inner, false).map(|_| ())) {
                                     compaction.succeeded();
                                 } else {
