@@ -72,6 +72,11 @@ fn a_failed_background_merge_does_not_wedge_foreground_calls() -> ebbdb::Result<
     });
     let failures = store.stats().worker_failures;
     assert!(failures >= 1);
+    let reported = store.stats().worker_error.unwrap_or_default();
+    assert!(
+        reported.contains(&dir.path().display().to_string()),
+        "the failure names the file it concerns: {reported}"
+    );
     faults::disarm(dir.path());
 
     // Foreground calls run their own work and succeed.

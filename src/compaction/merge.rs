@@ -33,7 +33,7 @@ use std::io::{BufWriter, Write};
 use std::sync::Arc;
 
 use crate::engine::Inner;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, FaultKind};
 use crate::format::hint::HintWriter;
 use crate::format::record::{self, Kind, Meta, FLAG_MARKER, FLAG_SHADOWS};
@@ -120,11 +120,15 @@ impl Outputs<'_> {
             // Written under a temporary name: a `.seg` file appears only once the manifest
             // names it, so opening can tell an unpublished output from anything else.
             let path = segment_tmp_path(&self.inner.dir, id);
-            faults::check(&path, FaultKind::Create)?;
-            let file = File::options().create_new(true).write(true).open(&path)?;
+            faults::check(&path, FaultKind::Create).at(&path)?;
+            let file = File::options()
+                .create_new(true)
+                .write(true)
+                .open(&path)
+                .at(&path)?;
             self.created.push(id);
             let mut writer = BufWriter::with_capacity(1 << 20, file);
-            writer.write_all(&header.encode())?;
+            writer.write_all(&header.encode()).at(&path)?;
             self.current = Some(Output {
                 id,
                 writer,
@@ -464,10 +468,10 @@ const MOVES_PER_LOCK: usize = 256;
 fn publish_names(inner: &Inner, written: &[(u32, SegStats, u64)]) -> Result<()> {
     for (id, _, _) in written {
         let tmp = segment_tmp_path(&inner.dir, *id);
-        faults::check(&tmp, FaultKind::Rename)?;
-        std::fs::rename(&tmp, segment_path(&inner.dir, *id))?;
+        faults::check(&tmp, FaultKind::Rename).at(&tmp)?;
+        std::fs::rename(&tmp, segment_path(&inner.dir, *id)).at(&tmp)?;
     }
-    sync_dir(&inner.dir)?;
+    sync_dir(&inner.dir).at(&inner.dir)?;
     Ok(())
 }
 

@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io::Write;
 
 use crate::engine::Inner;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, FaultKind};
 use crate::format::hint::HintWriter;
 use crate::log::scan::scan_all;
@@ -63,15 +63,16 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32) -> Result<()> {
 pub(crate) fn write_hint_file(inner: &Inner, id: u32, w: HintWriter) -> Result<()> {
     let path = hint_path(&inner.dir, id);
     let tmp = path.with_extension("hint.tmp");
-    {
+    (|| {
         faults::check(&tmp, FaultKind::Create)?;
         let mut f = File::create(&tmp)?;
         faults::check(&tmp, FaultKind::Write)?;
         f.write_all(&w.finish())?;
         faults::sync_file(&f, &tmp, false)?;
-    }
-    faults::check(&tmp, FaultKind::Rename)?;
-    std::fs::rename(&tmp, &path)?;
-    sync_dir(&inner.dir)?;
+        faults::check(&tmp, FaultKind::Rename)?;
+        std::fs::rename(&tmp, &path)
+    })()
+    .at(&tmp)?;
+    sync_dir(&inner.dir).at(&inner.dir)?;
     Ok(())
 }

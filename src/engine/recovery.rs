@@ -15,7 +15,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::clockfile::{ClockFile, DurablePoint};
 use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::expiry::wheel::{TimerHandle, TimerWheel};
 use crate::expiry::Timer;
 use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
@@ -82,7 +82,7 @@ impl Loader {
 
 pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     opts.validate()?;
-    std::fs::create_dir_all(dir)?;
+    std::fs::create_dir_all(dir).at(dir)?;
     let lock = DirLock::acquire(dir)?;
     let manifest = match Manifest::load(dir)? {
         Some(m) => m,
@@ -265,7 +265,7 @@ fn init(dir: &Path) -> Result<Manifest> {
     // A crash while creating a database can leave the first segment without a manifest; it
     // holds no record (records are appended only after the manifest lists the segment), so it
     // is removed. A segment that holds records without a manifest is real damage.
-    for entry in std::fs::read_dir(dir)? {
+    for entry in std::fs::read_dir(dir).at(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         if let Some((_, kind)) = name.to_str().and_then(parse_file_name) {
@@ -277,7 +277,7 @@ fn init(dir: &Path) -> Result<Manifest> {
                     "segment files present but no MANIFEST",
                 ));
             }
-            std::fs::remove_file(entry.path())?;
+            std::fs::remove_file(entry.path()).at(entry.path())?;
         }
     }
     let manifest = Manifest {
@@ -329,7 +329,8 @@ fn clean_directory(
 ) -> Result<()> {
     let mut plan = Vec::new();
     let mut max_id = 0u32;
-    let names: Vec<String> = std::fs::read_dir(dir)?
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .at(dir)?
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().map(str::to_owned))
         .collect();
@@ -350,7 +351,7 @@ fn clean_directory(
             "seg.tmp" => Verdict::Delete,
             _ if listed => Verdict::Keep,
             _ if retired => Verdict::Delete,
-            "seg" if std::fs::metadata(&path)?.len() <= SEGMENT_HEADER_LEN as u64 => {
+            "seg" if std::fs::metadata(&path).at(&path)?.len() <= SEGMENT_HEADER_LEN as u64 => {
                 Verdict::Delete
             }
             "seg" => Verdict::Foreign,
@@ -375,9 +376,9 @@ fn clean_directory(
     let mut renamed = false;
     for (path, verdict) in plan {
         match verdict {
-            Verdict::Delete => std::fs::remove_file(&path)?,
+            Verdict::Delete => std::fs::remove_file(&path).at(&path)?,
             Verdict::Publish => {
-                std::fs::rename(&path, path.with_extension(""))?;
+                std::fs::rename(&path, path.with_extension("")).at(&path)?;
                 renamed = true;
             }
             Verdict::Foreign => {
