@@ -15,11 +15,13 @@ pub mod wheel;
 pub(crate) mod wheel;
 pub(crate) mod worker;
 
+use std::collections::btree_map::Entry as BTreeEntry;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crate::engine::Inner;
 use crate::error::Result;
+use crate::keydir::KeyspaceState;
 use crate::ttl;
 use wheel::TimerHandle;
 
@@ -158,18 +160,21 @@ impl Inner {
             while timers.peek().is_some() {
                 let mut st = core.state.write();
                 let mut ex = self.expiry.lock();
+                let KeyspaceState { map, history, .. } = &mut *st;
                 for timer in timers.by_ref().take(REAP_CHUNK) {
-                    let Some(e) = st.map.get(&*timer.key).copied() else {
+                    // One descent of the map per timer: decide and remove on the same entry.
+                    let BTreeEntry::Occupied(mut slot) = map.entry(timer.key.clone()) else {
                         continue;
                     };
+                    let e = *slot.get();
                     if ex.wheel.contains(e.timer) {
                         // A write re-armed the key's timer after this one fired: that one is
                         // in charge.
                         continue;
                     }
-                    let at = st.expires_at(&e);
+                    let at = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
                     if at <= now {
-                        st.map.remove(&*timer.key);
+                        slot.remove();
                         let d = dead.entry(e.file).or_insert((0, 0, ttl::NEVER));
                         d.0 += u64::from(e.len);
                         d.1 += 1;
@@ -182,17 +187,11 @@ impl Inner {
                                 expired_at: at,
                             });
                         }
+                    } else if at == ttl::NEVER {
+                        slot.get_mut().timer = TimerHandle::NONE;
                     } else {
-                        let key = timer.key.clone();
-                        let handle = if at == ttl::NEVER {
-                            TimerHandle::NONE
-                        } else {
-                            // Fired early (the deadline moved later): re-arm the same key.
-                            ex.wheel.insert(at, timer)
-                        };
-                        if let Some(e) = st.map.get_mut(&*key) {
-                            e.timer = handle;
-                        }
+                        // Fired early (the deadline moved later): re-arm the same key.
+                        slot.get_mut().timer = ex.wheel.insert(at, timer);
                     }
                 }
             }
