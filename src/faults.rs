@@ -221,6 +221,13 @@ pub fn track(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Stops tracking `dir` without touching it.
+pub fn untrack(dir: &Path) {
+    let mut all = TRACKERS.lock();
+    all.retain(|t| t.dir != dir);
+    TRACKING.store(!all.is_empty(), Ordering::SeqCst);
+}
+
 /// From the `n`-th fsync under `dir` on (counting from when it was tracked), fsyncs make
 /// nothing durable: the power is out, but the process does not know.
 pub fn freeze_after(dir: &Path, n: u64) {

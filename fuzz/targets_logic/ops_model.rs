@@ -21,7 +21,9 @@
 //! | 8  | `maintain` (expiry pass)  |                                                       |
 //! | 9  | `compact`                 |                                                       |
 //! | 10 | `compact_full`            |                                                       |
-//! | 11 | close and reopen          |                                                       |
+//! | 11 | close and reopen          | mode: even = clean close; odd = `sync`, then a crash  |
+//! |    |                           | with power loss (`Store::simulate_crash`, then        |
+//! |    |                           | `faults::power_loss`): nothing synced may be lost     |
 //! | 12 | `sync`                    |                                                       |
 //!
 //! A key byte picks one of 10 keys (`% 10`), a value byte a value of `3 × byte + 1` bytes (so
@@ -39,7 +41,7 @@ use std::time::Duration;
 
 use crate::scratch::scratch_dir;
 use ebbdb::clock::{Clock, ManualClock};
-use ebbdb::{DefaultTtl, Expiry, Keyspace, Options, Store, SyncPolicy, Ttl, WriteBatch};
+use ebbdb::{faults, DefaultTtl, Expiry, Keyspace, Options, Store, SyncPolicy, Ttl, WriteBatch};
 
 const T0_MS: u64 = 1_700_000_000_000;
 const MAX_OPS: usize = 64;
@@ -203,10 +205,22 @@ fn options(clock: &ManualClock) -> Options {
         .sync(SyncPolicy::Never)
 }
 
+/// Stops the power-loss model's tracking of a directory when a run ends (panics included).
+struct Untrack(std::path::PathBuf);
+
+impl Drop for Untrack {
+    fn drop(&mut self) {
+        faults::untrack(&self.0);
+    }
+}
+
 /// Runs one input.
 pub fn run(data: &[u8]) {
     let dir = scratch_dir();
     let clock = ManualClock::at_unix_millis(T0_MS);
+    // The power-loss model watches every fsync, so a crash can put back exactly what was durable.
+    faults::track(dir.path()).expect("track the directory");
+    let _untrack = Untrack(dir.path().to_path_buf());
     let mut store = Store::open_with(dir.path(), options(&clock)).expect("open");
     let mut ks = store
         .create_keyspace("ks", DefaultTtl::Off)
@@ -305,8 +319,19 @@ pub fn run(data: &[u8]) {
                 store.compact_full().expect("compact_full");
             }
             11 => {
+                let crash = arg() % 2 == 1;
+                if crash {
+                    // Everything acknowledged is durable after `sync`, so a crash that also
+                    // loses the OS cache must lose nothing.
+                    store.sync().expect("sync before the crash");
+                    store.simulate_crash();
+                }
                 drop(ks);
                 drop(store);
+                if crash {
+                    faults::power_loss(dir.path()).expect("power loss");
+                    faults::track(dir.path()).expect("track again");
+                }
                 store = Store::open_with(dir.path(), options(&clock)).expect("reopen");
                 ks = store.keyspace("ks").expect("keyspace after reopen");
                 assert_eq!(
@@ -327,6 +352,11 @@ pub fn run(data: &[u8]) {
 /// Seed inputs: short programs touching every operation.
 pub fn seeds() -> Vec<Vec<u8>> {
     vec![
+        // puts, a default change, a merge, then sync + crash with power loss, more writes,
+        // another crash right after a full merge.
+        vec![
+            0, 1, 200, 1, 2, 200, 3, 7, 4, 0, 3, 200, 9, 11, 1, 4, 1, 0, 5, 90, 10, 11, 1, 4, 3,
+        ],
         // puts, a TTL put, advance past it, reopen.
         vec![0, 1, 10, 1, 2, 20, 3, 5, 4, 0, 4, 2, 11, 4, 2],
         // default change with inheriting items, compaction, reopen.
