@@ -232,6 +232,12 @@ impl Inner {
         let (existed, pos) = {
             let mut log = self.log.lock();
             self.check_writable()?;
+            // Again under the log mutex, which `delete_keyspace` holds while it drops a
+            // keyspace: a write racing the delete either lands before it or fails with 404, and
+            // never puts entries into (or arms timers for) a dropped keyspace.
+            if let Some(op) = ops.iter().find(|op| op.ks.dropped.load(Ordering::Acquire)) {
+                return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
+            }
             if let (Some(check), Some(first)) = (check, ops.first()) {
                 let found = {
                     let st = first.ks.state.read();
@@ -617,6 +623,10 @@ impl Inner {
             return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
         }
         let mut log = self.log.lock();
+        // Again under the log mutex, which a concurrent `delete_keyspace` holds.
+        if ks.dropped.load(Ordering::Acquire) {
+            return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
+        }
         // `since` is taken under the log mutex with time stopped until the new history is
         // installed (the fence drops at the end of this function, after `st` is written).
         let fence = self.raise_time_fence();
