@@ -18,6 +18,7 @@ use super::database::Database;
 use super::partition::{self, PartitionKey};
 use super::precheck;
 use super::properties::ContainerProperties;
+use super::query::{Query, QueryOptions};
 use super::stored;
 use super::validate;
 use crate::engine::{Current, Iter, Keyspace};
@@ -303,6 +304,34 @@ impl Container {
         })
     }
 
+    /// Runs a query over every partition (see [`Query`] and `docs/contract.md` §7).
+    ///
+    /// # Errors
+    /// 400 for a syntax error (naming the position), an unknown function, an unbound
+    /// parameter or an unsupported clause; 404 if the container was deleted.
+    pub fn query<T: DeserializeOwned>(&self, q: &Query) -> Result<QueryResults<T>> {
+        self.query_with(q, &QueryOptions::default())
+    }
+
+    /// Runs a query with options; with a partition key only that partition's items are read.
+    ///
+    /// # Errors
+    /// As [`Container::query`].
+    pub fn query_with<T: DeserializeOwned>(
+        &self,
+        q: &Query,
+        opts: &QueryOptions,
+    ) -> Result<QueryResults<T>> {
+        let rows = match &opts.partition_key {
+            Some(pk) => super::query::run(q, self.items_in_partition(pk.clone())?)?,
+            None => super::query::run(q, self.items()?)?,
+        };
+        Ok(QueryResults {
+            rows: rows.into_iter(),
+            _t: std::marker::PhantomData,
+        })
+    }
+
     fn check_exists(&self) -> Result<()> {
         self.ks.check_alive()
     }
@@ -359,5 +388,23 @@ impl Iterator for Items {
             stored::parse(&bytes)
                 .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}"))),
         )
+    }
+}
+
+/// The rows of a query, converted to `T` one at a time.
+#[derive(Debug)]
+pub struct QueryResults<T> {
+    rows: std::vec::IntoIter<Value>,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> Iterator for QueryResults<T> {
+    type Item = Result<T>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let row = self.rows.next()?;
+        Some(serde_json::from_value(row).map_err(|e| {
+            Error::BadRequest(format!("a query row does not fit the requested type: {e}"))
+        }))
     }
 }

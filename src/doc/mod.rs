@@ -4,6 +4,7 @@
 //! - `container.rs`: [`Container`], item operations, etags, conditional writes.
 //! - `properties.rs`: [`ContainerProperties`] and the Cosmos REST JSON shape.
 //! - `validate.rs`: item `ttl`, `id` and shape checks with the exact Cosmos messages.
+//! - `query/`: the Cosmos DB SQL dialect (parser, evaluator, runner).
 //! - `precheck.rs`: refuses items holding NaN or infinity (which JSON cannot hold) or nested
 //!   deeper than 128 levels, before they are converted.
 //! - `stored.rs`: parses stored items back, up to the same 128 levels.
@@ -20,6 +21,7 @@ pub mod partition;
 pub(crate) mod partition;
 mod precheck;
 pub(crate) mod properties;
+pub(crate) mod query;
 mod stored;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
@@ -28,7 +30,8 @@ pub mod validate;
 #[allow(dead_code)]
 pub(crate) mod validate;
 
-pub use container::{Container, ItemOptions, Items};
+pub use container::{Container, ItemOptions, Items, QueryResults};
 pub use database::Database;
 pub use partition::PartitionKey;
 pub use properties::{ContainerProperties, IndexingMode};
+pub use query::{Query, QueryOptions};

@@ -1,0 +1,409 @@
+//! Queries: the Azure Cosmos DB for NoSQL SQL dialect over a container's live items.
+//!
+//! - `lexer.rs`: tokens with positions.
+//! - `parser.rs`: a hand-written recursive-descent parser into the typed tree of `ast.rs`
+//!   (bounded nesting; every error a 400 naming the position).
+//! - `eval.rs`: Cosmos semantics (undefined vs null, three-valued logic, the cross-type order,
+//!   system functions).
+//! - this file: [`Query`], [`QueryOptions`] and the runner: scan (one partition's key prefix
+//!   when the options name a partition key), filter, aggregate, order, project, DISTINCT,
+//!   OFFSET/LIMIT and TOP.
+//!
+//! Expiry is exact: the scan evaluates expiry at one `now` for the whole query, so an expired
+//! item appears in no clause, count or aggregate.
+
+mod ast;
+mod eval;
+mod lexer;
+mod parser;
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+use self::ast::{AggFn, Expr, Projection, Select};
+use self::eval::{eval, order, Ctx, Val};
+use super::partition::PartitionKey;
+use crate::error::{Error, Result};
+
+/// A query and its parameters.
+///
+/// ```
+/// use ebbdb::{ContainerProperties, Database, Query};
+/// use serde_json::{json, Value};
+///
+/// let dir = tempfile::tempdir()?;
+/// let db = Database::open(dir.path())?;
+/// let orders = db.create_container(ContainerProperties::new("orders", "/customer"))?;
+/// orders.create_item(&json!({"id": "1", "customer": "ann", "total": 120}))?;
+/// orders.create_item(&json!({"id": "2", "customer": "bob", "total": 80}))?;
+/// let q = Query::new("SELECT VALUE c.id FROM c WHERE c.total > @min").param("@min", 100);
+/// let ids: Vec<Value> = orders.query(&q)?.collect::<ebbdb::Result<_>>()?;
+/// assert_eq!(ids, vec![json!("1")]);
+/// # Ok::<(), ebbdb::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Query {
+    text: String,
+    params: HashMap<String, Value>,
+}
+
+impl Query {
+    /// A query from its text.
+    #[must_use]
+    pub fn new(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            params: HashMap::new(),
+        }
+    }
+
+    /// Binds `@name` (with or without the `@`) to `value`.
+    #[must_use]
+    pub fn param(mut self, name: &str, value: impl Into<Value>) -> Self {
+        self.params
+            .insert(name.trim_start_matches('@').to_string(), value.into());
+        self
+    }
+
+    /// The query text.
+    #[must_use]
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// Options of a query.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueryOptions {
+    /// Restrict the query to one partition (a prefix scan of that partition only).
+    pub partition_key: Option<PartitionKey>,
+}
+
+impl QueryOptions {
+    /// Sets the partition key.
+    #[must_use]
+    pub fn partition_key(mut self, pk: impl Into<PartitionKey>) -> Self {
+        self.partition_key = Some(pk.into());
+        self
+    }
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::BadRequest(msg.into())
+}
+
+/// Checks the query can be run before reading anything: parameters bound, aggregates only
+/// where they make sense.
+fn check(q: &Select, params: &HashMap<String, Value>) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut visit = |e: &Expr| collect_params(e, &mut missing);
+    match &q.projection {
+        Projection::Star => {}
+        Projection::Value(e) => visit(e),
+        Projection::Fields(fields) => fields.iter().for_each(|(_, e)| visit(e)),
+    }
+    for e in q.filter.iter().chain(q.order_by.iter().map(|(e, _)| e)) {
+        visit(e);
+    }
+    for e in q.top.iter() {
+        visit(e);
+    }
+    if let Some((a, b)) = &q.offset_limit {
+        visit(a);
+        visit(b);
+    }
+    if let Some(p) = missing.iter().find(|p| !params.contains_key(*p)) {
+        return Err(bad(format!("the parameter '@{p}' is not bound")));
+    }
+    if q.filter.as_ref().is_some_and(Expr::has_aggregate) {
+        return Err(bad("aggregates are not allowed in WHERE"));
+    }
+    if q.order_by.iter().any(|(e, _)| e.has_aggregate()) {
+        return Err(bad("aggregates are not allowed in ORDER BY"));
+    }
+    if let Projection::Fields(fields) = &q.projection {
+        let aggs = fields.iter().filter(|(_, e)| e.has_aggregate()).count();
+        if aggs > 0 && aggs < fields.len() {
+            return Err(bad(
+                "a projection mixing aggregates and plain values needs GROUP BY, which is not supported yet",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn collect_params(e: &Expr, out: &mut Vec<String>) {
+    match e {
+        Expr::Param(p) => out.push(p.clone()),
+        Expr::Lit(_) | Expr::Root => {}
+        Expr::Prop(x, _) | Expr::Unary(_, x) | Expr::Agg(_, x) => collect_params(x, out),
+        Expr::Index(a, b) | Expr::Binary(_, a, b) => {
+            collect_params(a, out);
+            collect_params(b, out);
+        }
+        Expr::In(x, list, _) => {
+            collect_params(x, out);
+            list.iter().for_each(|e| collect_params(e, out));
+        }
+        Expr::Between(a, b, c, _) | Expr::Ternary(a, b, c) => {
+            for e in [a, b, c] {
+                collect_params(e, out);
+            }
+        }
+        Expr::Like(a, b, c, _) => {
+            collect_params(a, out);
+            collect_params(b, out);
+            if let Some(c) = c {
+                collect_params(c, out);
+            }
+        }
+        Expr::Call(_, args) | Expr::Array(args) => args.iter().for_each(|e| collect_params(e, out)),
+        Expr::Object(fields) => fields.iter().for_each(|(_, e)| collect_params(e, out)),
+    }
+}
+
+/// A non-negative integer from TOP / OFFSET / LIMIT.
+fn count_of(e: &Expr, params: &HashMap<String, Value>, what: &str) -> Result<usize> {
+    let empty = Value::Null;
+    let v = eval(
+        e,
+        &Ctx {
+            doc: &empty,
+            params,
+        },
+    );
+    v.as_ref()
+        .and_then(Value::as_u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| bad(format!("{what} must be a non-negative integer")))
+}
+
+/// Runs `text` over `items` (live items, one `now`), returning the result rows.
+pub(crate) fn run(query: &Query, items: impl Iterator<Item = Result<Value>>) -> Result<Vec<Value>> {
+    let q = parser::parse(&query.text)?;
+    check(&q, &query.params)?;
+    let params = &query.params;
+    let top = q
+        .top
+        .as_ref()
+        .map(|e| count_of(e, params, "TOP"))
+        .transpose()?;
+    let offset_limit = match &q.offset_limit {
+        Some((o, l)) => Some((
+            count_of(o, params, "OFFSET")?,
+            count_of(l, params, "LIMIT")?,
+        )),
+        None => None,
+    };
+    let aggregate = match &q.projection {
+        Projection::Value(e) => e.has_aggregate(),
+        Projection::Fields(f) => f.iter().any(|(_, e)| e.has_aggregate()),
+        Projection::Star => false,
+    };
+    // Rows that pass the filter, with their ORDER BY keys.
+    let mut rows: Vec<(Vec<Val>, Value)> = Vec::new();
+    // Without ORDER BY, DISTINCT or aggregates the scan can stop early.
+    let early_stop = if q.order_by.is_empty() && !q.distinct && !aggregate {
+        match (top, offset_limit) {
+            (Some(t), None) => Some(t),
+            (None, Some((o, l))) => Some(o.saturating_add(l)),
+            (Some(t), Some((o, l))) => Some(t.min(o.saturating_add(l))),
+            (None, None) => None,
+        }
+    } else {
+        None
+    };
+    for item in items {
+        if early_stop.is_some_and(|n| rows.len() >= n) {
+            break;
+        }
+        let doc = item?;
+        let cx = Ctx { doc: &doc, params };
+        if let Some(f) = &q.filter {
+            if eval(f, &cx) != Some(Value::Bool(true)) {
+                continue;
+            }
+        }
+        let keys = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
+        rows.push((keys, doc));
+    }
+    if aggregate {
+        let docs: Vec<Value> = rows.into_iter().map(|(_, d)| d).collect();
+        let row = match &q.projection {
+            Projection::Value(e) => aggregate_expr(e, &docs, params),
+            Projection::Fields(fields) => {
+                let mut m = Map::new();
+                for (name, e) in fields {
+                    if let Some(v) = aggregate_expr(e, &docs, params) {
+                        m.insert(name.clone(), v);
+                    }
+                }
+                Some(Value::Object(m))
+            }
+            Projection::Star => None,
+        };
+        return Ok(row.into_iter().collect());
+    }
+    if !q.order_by.is_empty() {
+        rows.sort_by(|(a, _), (b, _)| {
+            for ((x, y), (_, desc)) in a.iter().zip(b).zip(&q.order_by) {
+                let o = order(x, y);
+                let o = if *desc { o.reverse() } else { o };
+                if o != std::cmp::Ordering::Equal {
+                    return o;
+                }
+            }
+            std::cmp::Ordering::Equal
+        });
+    }
+    let mut out = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    for (_, doc) in rows {
+        let cx = Ctx { doc: &doc, params };
+        let projected = match &q.projection {
+            Projection::Star => Some(doc.clone()),
+            Projection::Value(e) => eval(e, &cx),
+            Projection::Fields(fields) => {
+                let mut m = Map::new();
+                for (name, e) in fields {
+                    if let Some(v) = eval(e, &cx) {
+                        m.insert(name.clone(), v);
+                    }
+                }
+                Some(Value::Object(m))
+            }
+        };
+        let Some(v) = projected else { continue };
+        if q.distinct && !seen.insert(canonical(&v)) {
+            continue;
+        }
+        out.push(v);
+    }
+    if let Some((offset, limit)) = offset_limit {
+        out = out.into_iter().skip(offset).take(limit).collect();
+    }
+    if let Some(t) = top {
+        out.truncate(t);
+    }
+    Ok(out)
+}
+
+/// A text form in which values that compare equal (1 and 1.0 included) are identical.
+fn canonical(v: &Value) -> String {
+    match v {
+        Value::Number(n) => format!("n{}", n.as_f64().unwrap_or(0.0)),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
+        Value::Object(m) => {
+            let mut fields: Vec<(&String, &Value)> = m.iter().collect();
+            fields.sort_by(|a, b| a.0.cmp(b.0));
+            format!(
+                "{{{}}}",
+                fields
+                    .iter()
+                    .map(|(k, v)| format!("{k:?}:{}", canonical(v)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Evaluates a projection containing aggregates over all `docs`: each aggregate is computed,
+/// then the expression around it is evaluated once.
+fn aggregate_expr(e: &Expr, docs: &[Value], params: &HashMap<String, Value>) -> Val {
+    let replaced = replace_aggs(e, docs, params);
+    let empty = Value::Null;
+    eval(
+        &replaced,
+        &Ctx {
+            doc: &empty,
+            params,
+        },
+    )
+}
+
+fn replace_aggs(e: &Expr, docs: &[Value], params: &HashMap<String, Value>) -> Expr {
+    let r = |x: &Expr| Box::new(replace_aggs(x, docs, params));
+    match e {
+        Expr::Agg(f, arg) => Expr::Lit(aggregate(*f, arg, docs, params)),
+        Expr::Prop(x, n) => Expr::Prop(r(x), n.clone()),
+        Expr::Index(a, b) => Expr::Index(r(a), r(b)),
+        Expr::Unary(op, x) => Expr::Unary(*op, r(x)),
+        Expr::Binary(op, a, b) => Expr::Binary(*op, r(a), r(b)),
+        Expr::Ternary(a, b, c) => Expr::Ternary(r(a), r(b), r(c)),
+        Expr::Call(n, args) => Expr::Call(
+            n.clone(),
+            args.iter().map(|a| replace_aggs(a, docs, params)).collect(),
+        ),
+        Expr::Array(items) => Expr::Array(
+            items
+                .iter()
+                .map(|a| replace_aggs(a, docs, params))
+                .collect(),
+        ),
+        Expr::Object(fields) => Expr::Object(
+            fields
+                .iter()
+                .map(|(k, a)| (k.clone(), replace_aggs(a, docs, params)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// One aggregate over the rows: `COUNT` counts defined values; `SUM` and `AVG` are undefined if
+/// any defined value is not a number (`SUM` of nothing is 0); `MIN`/`MAX` follow the
+/// cross-type order over the defined values.
+fn aggregate(f: AggFn, arg: &Expr, docs: &[Value], params: &HashMap<String, Value>) -> Val {
+    let values = docs
+        .iter()
+        .filter_map(|doc| eval(arg, &Ctx { doc, params }));
+    match f {
+        AggFn::Count => Some(Value::from(values.count())),
+        AggFn::Sum | AggFn::Avg => {
+            let mut sum = 0.0;
+            let mut n = 0usize;
+            for v in values {
+                sum += v.as_f64().filter(|_| v.is_number())?;
+                n += 1;
+            }
+            match f {
+                AggFn::Sum => Some(parser::num(sum)),
+                _ if n == 0 => None,
+                _ => Some(parser::num(sum / n as f64)),
+            }
+        }
+        AggFn::Min => values.map(Some).min_by(order).flatten(),
+        AggFn::Max => values.map(Some).max_by(order).flatten(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eval::deep_eq;
+    use super::*;
+    use serde_json::json;
+
+    fn q(text: &str, docs: &[Value]) -> Result<Vec<Value>> {
+        run(&Query::new(text), docs.iter().cloned().map(Ok))
+    }
+
+    #[test]
+    fn distinct_treats_1_and_1_0_alike() {
+        let docs = [json!({"a": 1}), json!({"a": 1.0}), json!({"a": 2})];
+        let out = q("SELECT DISTINCT VALUE c.a FROM c", &docs).expect("query");
+        assert_eq!(out.len(), 2);
+        assert!(deep_eq(&out[0], &json!(1)));
+    }
+
+    #[test]
+    fn unbound_parameter_is_a_400() {
+        let e = q("SELECT * FROM c WHERE c.a = @x", &[]).expect_err("unbound");
+        assert_eq!(e.status_code(), 400);
+    }
+}

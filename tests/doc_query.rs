@@ -1,0 +1,350 @@
+//! Queries with Azure Cosmos DB semantics over live items (docs/contract.md §7): one test per
+//! clause and operator family, the cross-type rules, aggregates, parameters, partitions, and
+//! exact TTL (an expired item appears in no clause, count or aggregate).
+
+use std::time::Duration;
+
+use ebbdb::clock::ManualClock;
+use ebbdb::{Container, ContainerProperties, Database, DefaultTtl, Options, Query, QueryOptions};
+use serde_json::{json, Value};
+
+const T0: u64 = 1_700_000_000;
+
+fn setup() -> (tempfile::TempDir, ManualClock, Database, Container) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::at_unix_secs(T0);
+    let db =
+        Database::open_with(dir.path(), Options::default().clock(clock.clone())).expect("open");
+    let c = db
+        .create_container(
+            ContainerProperties::new("orders", "/pk").with_default_ttl(DefaultTtl::NeverExpire),
+        )
+        .expect("container");
+    for doc in [
+        json!({"id": "1", "pk": "a", "n": 5, "s": "apple", "tags": ["x", "y"], "o": {"k": 1}}),
+        json!({"id": "2", "pk": "a", "n": 2.5, "s": "Banana", "tags": ["y"], "flag": true}),
+        json!({"id": "3", "pk": "b", "n": "5", "s": "cherry", "nul": null}),
+        json!({"id": "4", "pk": "b", "s": "date", "flag": false}),
+        json!({"id": "5", "pk": "c", "n": -1, "s": "50% off"}),
+    ] {
+        c.create_item(&doc).expect("create");
+    }
+    (dir, clock, db, c)
+}
+
+fn run(c: &Container, text: &str) -> Vec<Value> {
+    c.query(&Query::new(text))
+        .and_then(|rows| rows.collect::<ebbdb::Result<Vec<Value>>>())
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+fn ids(c: &Container, text: &str) -> Vec<String> {
+    run(c, text)
+        .into_iter()
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+        .collect()
+}
+
+#[test]
+fn select_star_returns_items_with_system_properties() {
+    let (_d, _c, _db, c) = setup();
+    let rows = run(&c, "SELECT * FROM c WHERE c.id = '1'");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["s"], "apple");
+    assert!(rows[0]["_ts"].is_u64() && rows[0]["_etag"].is_string());
+}
+
+#[test]
+fn projections_aliases_and_constructors() {
+    let (_d, _c, _db, c) = setup();
+    let rows = run(
+        &c,
+        "SELECT c.id, c.o.k AS k, {\"t\": c.tags[0]} AS first, [c.n, 1] AS arr FROM c WHERE c.id = '1'",
+    );
+    assert_eq!(
+        rows,
+        vec![json!({"id": "1", "k": 1, "first": {"t": "x"}, "arr": [5, 1]})]
+    );
+    // Undefined values are left out of the projected object.
+    let rows = run(&c, "SELECT c.id, c.flag FROM c WHERE c.id = '1'");
+    assert_eq!(rows, vec![json!({"id": "1"})]);
+    // SELECT VALUE of an undefined value yields no row.
+    assert_eq!(run(&c, "SELECT VALUE c.flag FROM c ORDER BY c.id").len(), 2);
+    assert_eq!(
+        run(&c, "SELECT VALUE c[\"s\"] FROM c WHERE c.id = '3'"),
+        vec![json!("cherry")]
+    );
+}
+
+#[test]
+fn comparisons_across_types_are_undefined_and_drop_the_row() {
+    let (_d, _c, _db, c) = setup();
+    // "5" (a string) is neither = 5 nor > 1: different types compare as undefined.
+    assert_eq!(ids(&c, "SELECT VALUE c.id FROM c WHERE c.n = 5"), vec!["1"]);
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.n > 1"),
+        vec!["1", "2"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.n != 5"),
+        vec!["2", "5"]
+    );
+    // Missing properties are undefined, not null.
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.nul = null"),
+        vec!["3"]
+    );
+    assert!(ids(&c, "SELECT VALUE c.id FROM c WHERE c.missing = null").is_empty());
+    // Strings compare by code point: "Banana" < "b".
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.s < 'b'"),
+        vec!["1", "2", "5"]
+    );
+}
+
+#[test]
+fn three_valued_and_or_not() {
+    let (_d, _c, _db, c) = setup();
+    // flag is undefined for 1, 3 and 5: NOT undefined is undefined, so they are dropped.
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE NOT c.flag"),
+        vec!["4"]
+    );
+    // undefined OR true is true. undefined AND false is false, so NOT of it is true: only 3
+    // (undefined AND undefined) stays undefined below and is dropped.
+    assert_eq!(
+        run(&c, "SELECT VALUE c.id FROM c WHERE c.flag OR c.n = 5").len(),
+        2
+    );
+    assert_eq!(
+        ids(
+            &c,
+            "SELECT VALUE c.id FROM c WHERE NOT (c.flag AND c.n = 99)"
+        ),
+        vec!["1", "2", "4", "5"]
+    );
+}
+
+#[test]
+fn in_between_like_coalesce_ternary_and_arithmetic() {
+    let (_d, _c, _db, c) = setup();
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk IN ('b', 'c')"),
+        vec!["3", "4", "5"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk NOT IN ('a', 'b')"),
+        vec!["5"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.n BETWEEN 0 AND 5"),
+        vec!["1", "2"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.s LIKE '%an%'"),
+        vec!["2"]
+    );
+    assert_eq!(
+        ids(
+            &c,
+            "SELECT VALUE c.id FROM c WHERE c.s LIKE '50!%%' ESCAPE '!'"
+        ),
+        vec!["5"]
+    );
+    assert_eq!(
+        run(&c, "SELECT VALUE c.flag ?? 'none' FROM c WHERE c.id = '1'"),
+        vec![json!("none")]
+    );
+    assert_eq!(
+        run(
+            &c,
+            "SELECT VALUE (c.n > 3 ? 'big' : 'small') FROM c WHERE c.id = '2'"
+        ),
+        vec![json!("small")]
+    );
+    assert_eq!(
+        run(&c, "SELECT VALUE c.n * 2 + 1 FROM c WHERE c.id = '1'"),
+        vec![json!(11)]
+    );
+    assert_eq!(
+        run(&c, "SELECT VALUE c.s || '!' FROM c WHERE c.id = '4'"),
+        vec![json!("date!")]
+    );
+    assert!(
+        run(&c, "SELECT VALUE c.n + 1 FROM c WHERE c.id = '3'").is_empty(),
+        "string + number is undefined"
+    );
+}
+
+#[test]
+fn system_functions() {
+    let (_d, _c, _db, c) = setup();
+    let one = |e: &str| {
+        run(&c, &format!("SELECT VALUE {e} FROM c WHERE c.id = '1'"))
+            .pop()
+            .unwrap_or(Value::String("<undefined>".into()))
+    };
+    assert_eq!(one("IS_DEFINED(c.flag)"), json!(false));
+    assert_eq!(one("IS_NUMBER(c.n)"), json!(true));
+    assert_eq!(one("IS_STRING(c.s)"), json!(true));
+    assert_eq!(one("IS_ARRAY(c.tags)"), json!(true));
+    assert_eq!(one("IS_OBJECT(c.o)"), json!(true));
+    assert_eq!(one("IS_BOOL(c.n)"), json!(false));
+    assert_eq!(one("IS_NULL(c.n)"), json!(false));
+    assert_eq!(one("STARTSWITH(c.s, 'APP', true)"), json!(true));
+    assert_eq!(one("ENDSWITH(c.s, 'le')"), json!(true));
+    assert_eq!(one("CONTAINS(c.s, 'ppl')"), json!(true));
+    assert_eq!(one("UPPER(c.s)"), json!("APPLE"));
+    assert_eq!(one("LOWER('AbC')"), json!("abc"));
+    assert_eq!(one("LENGTH(c.s)"), json!(5));
+    assert_eq!(one("SUBSTRING(c.s, 1, 3)"), json!("ppl"));
+    assert_eq!(one("CONCAT(c.s, '-', c.id)"), json!("apple-1"));
+    assert_eq!(one("INDEX_OF(c.s, 'l')"), json!(3));
+    assert_eq!(one("ARRAY_CONTAINS(c.tags, 'y')"), json!(true));
+    assert_eq!(one("ARRAY_LENGTH(c.tags)"), json!(2));
+    assert_eq!(one("ABS(-3)"), json!(3));
+    assert_eq!(one("FLOOR(2.7)"), json!(2));
+    assert_eq!(one("CEILING(2.1)"), json!(3));
+    assert_eq!(one("ROUND(2.5)"), json!(3));
+    assert_eq!(
+        one("UPPER(c.n)"),
+        json!("<undefined>"),
+        "a string function on a number"
+    );
+}
+
+#[test]
+fn order_by_across_types_top_offset_limit_distinct() {
+    let (_d, _c, _db, c) = setup();
+    // undefined < numbers < strings: 4 (no n), 5 (-1), 2 (2.5), 1 (5), 3 ("5").
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c ORDER BY c.n"),
+        vec!["4", "5", "2", "1", "3"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c ORDER BY c.n DESC"),
+        vec!["3", "1", "2", "5", "4"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT TOP 2 VALUE c.id FROM c ORDER BY c.id DESC"),
+        vec!["5", "4"]
+    );
+    assert_eq!(
+        ids(
+            &c,
+            "SELECT VALUE c.id FROM c ORDER BY c.id OFFSET 1 LIMIT 2"
+        ),
+        vec!["2", "3"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT DISTINCT VALUE c.pk FROM c ORDER BY c.pk"),
+        vec!["a", "b", "c"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c ORDER BY c.pk DESC, c.id"),
+        vec!["5", "3", "4", "1", "2"]
+    );
+}
+
+#[test]
+fn aggregates() {
+    let (_d, _c, _db, c) = setup();
+    assert_eq!(run(&c, "SELECT VALUE COUNT(1) FROM c"), vec![json!(5)]);
+    assert_eq!(
+        run(&c, "SELECT VALUE COUNT(c.n) FROM c"),
+        vec![json!(4)],
+        "COUNT counts defined values"
+    );
+    assert_eq!(
+        run(&c, "SELECT VALUE SUM(c.n) FROM c WHERE IS_NUMBER(c.n)"),
+        vec![json!(6.5)]
+    );
+    assert!(
+        run(&c, "SELECT VALUE SUM(c.n) FROM c").is_empty(),
+        "SUM over a string is undefined"
+    );
+    assert_eq!(
+        run(&c, "SELECT VALUE AVG(c.n) FROM c WHERE c.pk = 'a'"),
+        vec![json!(3.75)]
+    );
+    assert_eq!(run(&c, "SELECT VALUE MIN(c.n) FROM c"), vec![json!(-1)]);
+    assert_eq!(
+        run(&c, "SELECT VALUE MAX(c.n) FROM c"),
+        vec![json!("5")],
+        "strings sort after numbers"
+    );
+    assert_eq!(
+        run(&c, "SELECT COUNT(1) AS n, MAX(c.id) AS last FROM c"),
+        vec![json!({"n": 5, "last": "5"})]
+    );
+    assert_eq!(
+        run(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.pk = 'zzz'"),
+        vec![json!(0)]
+    );
+}
+
+#[test]
+fn parameters_and_partition_scoped_queries() {
+    let (_d, _c, _db, c) = setup();
+    let q = Query::new("SELECT VALUE c.id FROM c WHERE c.n >= @min AND c.pk = @pk")
+        .param("@min", 2)
+        .param("pk", "a");
+    let got: Vec<String> = c
+        .query(&q)
+        .expect("query")
+        .collect::<ebbdb::Result<_>>()
+        .expect("rows");
+    assert_eq!(got, vec!["1", "2"]);
+    let q = Query::new("SELECT VALUE c.id FROM c ORDER BY c.id");
+    let got: Vec<String> = c
+        .query_with(&q, &QueryOptions::default().partition_key("b"))
+        .expect("query")
+        .collect::<ebbdb::Result<_>>()
+        .expect("rows");
+    assert_eq!(got, vec!["3", "4"]);
+}
+
+#[test]
+fn bad_queries_are_400s_naming_the_position() {
+    let (_d, _c, _db, c) = setup();
+    for text in [
+        "SELECT * FROM c WHERE",
+        "SELECT * FRM c",
+        "SELECT FOO(c.a) FROM c",
+        "SELECT * FROM c WHERE c.a = @missing",
+        "SELECT c.id, COUNT(1) FROM c",
+        "SELECT * FROM c WHERE COUNT(1) > 1",
+        "SELECT * FROM c WHERE c.s = 'unterminated",
+        "SELECT TOP -1 * FROM c",
+    ] {
+        let e = c.query::<Value>(&Query::new(text)).expect_err(text);
+        assert_eq!(e.status_code(), 400, "{text}: {e}");
+    }
+    let e = c
+        .query::<Value>(&Query::new("SELECT * FROM c WHERE c.a =="))
+        .expect_err("syntax");
+    assert!(e.to_string().contains("position"), "{e}");
+}
+
+#[test]
+fn expired_items_appear_in_no_clause_count_or_aggregate() {
+    let (_d, clock, _db, c) = setup();
+    c.create_item(&json!({"id": "t1", "pk": "a", "n": 100, "ttl": 10}))
+        .expect("create");
+    c.create_item(&json!({"id": "t2", "pk": "b", "n": 200, "ttl": 20}))
+        .expect("create");
+    assert_eq!(run(&c, "SELECT VALUE COUNT(1) FROM c"), vec![json!(7)]);
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(run(&c, "SELECT VALUE COUNT(1) FROM c"), vec![json!(6)]);
+    assert_eq!(
+        run(&c, "SELECT VALUE MAX(c.n) FROM c WHERE IS_NUMBER(c.n)"),
+        vec![json!(200)]
+    );
+    assert!(ids(&c, "SELECT VALUE c.id FROM c WHERE c.id = 't1'").is_empty());
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(
+        run(&c, "SELECT VALUE SUM(c.n) FROM c WHERE IS_NUMBER(c.n)"),
+        vec![json!(6.5)]
+    );
+    assert!(!ids(&c, "SELECT VALUE c.id FROM c ORDER BY c.n DESC").contains(&"t2".to_string()));
+}
