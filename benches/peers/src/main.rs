@@ -3,9 +3,14 @@
 //! `cargo run --release -- [--quick] [--engines=ebbdb,redb,...]` runs every workload for every
 //! engine, each phase in a child process (this binary re-executed with `PEERS_CHILD` set, so
 //! peak RSS is per engine and phase), and writes `docs/benchmarks.md` with two SVG plots.
+//!
+//! `--keeps-up` (or `--keeps-up-secs=N`, default 60) runs only the real-clock TTL churn of
+//! `keeps_up.rs` for every engine and replaces that section of `docs/benchmarks.md` (and its
+//! plot), leaving the rest of the file as it is.
 
 mod bench;
 mod engines;
+mod keeps_up;
 mod peers;
 mod plots;
 mod report;
@@ -71,9 +76,18 @@ fn main() {
         return;
     }
     let from = std::env::args().find_map(|a| a.strip_prefix("--report-from=").map(PathBuf::from));
-    let res = match from {
-        Some(path) => report_from(&path, cfg),
-        None => parent(cfg),
+    let keeps_up = std::env::args().find_map(|a| {
+        if a == "--keeps-up" {
+            Some(keeps_up::DEFAULT_SECS)
+        } else {
+            a.strip_prefix("--keeps-up-secs=")
+                .and_then(|s| s.parse().ok())
+        }
+    });
+    let res = match (from, keeps_up) {
+        (Some(path), _) => report_from(&path, cfg),
+        (None, Some(secs)) => parent_keeps_up(cfg, secs),
+        (None, None) => parent(cfg),
     };
     if let Err(e) = res {
         eprintln!("error: {e}");
@@ -91,6 +105,7 @@ fn child(phase: &str, cfg: Config) -> Res<Value> {
         "durable" => bench::durable(kind, &dir, cfg.durable_1, cfg.durable_4),
         "ttl" => ttl::churn(kind, &dir, cfg.ttl, true),
         "nottl" => ttl::churn(kind, &dir, cfg.ttl, false),
+        "keepsup" => keeps_up::run(kind, &dir, keeps_up::secs()),
         other => Err(format!("unknown phase {other}").into()),
     }
 }
@@ -103,11 +118,24 @@ fn run_child(
     quick: bool,
     limit: Duration,
 ) -> Result<Value, String> {
+    run_child_env(kind, phase, dir, quick, limit, &[])
+}
+
+/// [`run_child`] with extra environment variables for the child.
+fn run_child_env(
+    kind: Kind,
+    phase: &str,
+    dir: &Path,
+    quick: bool,
+    limit: Duration,
+    env: &[(&str, String)],
+) -> Result<Value, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     if quick {
         cmd.arg("--quick");
     }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let mut child = cmd
         .env("PEERS_CHILD", phase)
         .env("PEERS_ENGINE", kind.name())
@@ -149,6 +177,9 @@ fn run_child(
 fn report_from(path: &Path, cfg: Config) -> Res<()> {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
     let run = report::Run::from_json(&v, cfg)?;
+    if v.get("keeps_up_secs").is_some() {
+        return report::write_keeps_up(&docs_dir(), &run);
+    }
     report::write(&docs_dir(), &run)
 }
 
@@ -186,13 +217,105 @@ fn ebbdb_rev() -> String {
     }
 }
 
-fn parent(cfg: Config) -> Res<()> {
-    let started = Instant::now();
-    let load_start = report::loadavg();
+/// The engines named by `--engines=` (all by default).
+fn selected_kinds() -> Vec<Kind> {
     let only: Option<Vec<String>> = std::env::args().find_map(|a| {
         a.strip_prefix("--engines=")
             .map(|s| s.split(',').map(String::from).collect())
     });
+    Kind::all()
+        .into_iter()
+        .filter(|k| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|n| n == k.name()))
+        })
+        .collect()
+}
+
+/// `--keeps-up`: the real-clock TTL churn, one engine after the other, each in a child process.
+fn parent_keeps_up(cfg: Config, secs: u64) -> Res<()> {
+    let started = Instant::now();
+    let load_start = report::loadavg();
+    let docs = docs_dir();
+    std::fs::create_dir_all(&docs)?;
+    let data = match std::env::var("PEERS_DATA") {
+        Ok(d) => tempfile::Builder::new()
+            .prefix("ebbdb-peers")
+            .tempdir_in(d)?,
+        Err(_) => tempfile::Builder::new().prefix("ebbdb-peers").tempdir()?,
+    };
+    let fsync_ms = report::fsync_latency_ms(data.path());
+    let kinds: Vec<Kind> = selected_kinds()
+        .into_iter()
+        .filter(|k| keeps_up::runs(*k))
+        .collect();
+    let limit = Duration::from_secs(secs + 300);
+    let mut results: BTreeMap<&'static str, Map<String, Value>> = BTreeMap::new();
+    let mut failures: Vec<(String, String, String)> = Vec::new();
+    for &kind in &kinds {
+        let dir = data.path().join(kind.name()).join("keepsup");
+        eprintln!("[{}] keeps-up {secs} s ...", kind.name());
+        let t = Instant::now();
+        match run_child_env(
+            kind,
+            "keepsup",
+            &dir,
+            false,
+            limit,
+            &[("PEERS_KEEPS_UP_SECS", secs.to_string())],
+        ) {
+            Ok(Value::Object(m)) => {
+                eprintln!(
+                    "[{}] keeps-up done in {:.1} s: {:.0} writes/s, disk/live end {:.2}, stale {} (raw {}), RssAnon peak {:.0} MiB",
+                    kind.name(),
+                    t.elapsed().as_secs_f64(),
+                    report::num(&m, "writes_per_s").unwrap_or(0.0),
+                    report::num(&m, "amp_end").unwrap_or(0.0),
+                    report::num(&m, "stale").unwrap_or(0.0),
+                    report::num(&m, "raw_stale").unwrap_or(0.0),
+                    report::num(&m, "rss_anon_peak").unwrap_or(0.0) / 1048576.0,
+                );
+                results.insert(kind.name(), m);
+            }
+            Ok(other) => failures.push((
+                kind.name().into(),
+                "keepsup".into(),
+                format!("bad result {other}"),
+            )),
+            Err(e) => {
+                eprintln!("[{}] keeps-up FAILED: {e}", kind.name());
+                failures.push((kind.name().into(), "keepsup".into(), e));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let run = report::Run {
+        cfg,
+        kinds,
+        results,
+        failures,
+        secs: started.elapsed().as_secs_f64(),
+        fsync_ms,
+        load_start,
+        load_end: report::loadavg(),
+        ebbdb_rev: ebbdb_rev(),
+    };
+    let mut raw_json = run.to_json();
+    raw_json["keeps_up_secs"] = Value::from(secs);
+    let raw = std::env::temp_dir().join(format!("ebbdb-peers-keeps-up-{secs}s.json"));
+    std::fs::write(&raw, raw_json.to_string())?;
+    eprintln!(
+        "raw results: {} (re-render with --report-from=that path)",
+        raw.display()
+    );
+    report::write_keeps_up(&docs, &run)?;
+    eprintln!("updated {}", docs.join("benchmarks.md").display());
+    Ok(())
+}
+
+fn parent(cfg: Config) -> Res<()> {
+    let started = Instant::now();
+    let load_start = report::loadavg();
     let docs = docs_dir();
     std::fs::create_dir_all(&docs)?;
     let data = match std::env::var("PEERS_DATA") {
@@ -205,13 +328,7 @@ fn parent(cfg: Config) -> Res<()> {
     let mut results: BTreeMap<&'static str, Map<String, Value>> = BTreeMap::new();
     let mut failures: Vec<(String, String, String)> = Vec::new();
     let fsync_ms = report::fsync_latency_ms(data.path());
-    let kinds: Vec<Kind> = Kind::all()
-        .into_iter()
-        .filter(|k| {
-            only.as_ref()
-                .is_none_or(|o| o.iter().any(|n| n == k.name()))
-        })
-        .collect();
+    let kinds = selected_kinds();
     // Phase-major, so every engine runs a phase under similar machine conditions. The durable
     // phase (fsync latency swings the most) runs twice, engines in reverse order the second
     // time, and keeps each engine's better round.

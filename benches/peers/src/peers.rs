@@ -27,6 +27,21 @@ impl Fjall {
             durable: o.durability == Durability::Fsync,
         })
     }
+    /// The `keeps_up` setup: fjall 2.x has no compaction filter; its TTL mechanism is FIFO
+    /// compaction with a TTL, which drops whole segments (disk tables) created more than
+    /// `ttl_secs` ago, checked whenever a flush triggers compaction. No size limit.
+    pub fn open_fifo_ttl(dir: &Path, ttl_secs: u64) -> Res<Self> {
+        let ks = fjall::Config::new(dir).cache_size(CACHE_BYTES).open()?;
+        let fifo = fjall::compaction::Fifo::new(u64::MAX, Some(ttl_secs));
+        let opts = fjall::PartitionCreateOptions::default()
+            .compaction_strategy(fjall::compaction::Strategy::Fifo(fifo));
+        let part = ks.open_partition("bench", opts)?;
+        Ok(Fjall {
+            ks,
+            part,
+            durable: false,
+        })
+    }
     fn after_write(&self) -> Res<()> {
         if self.durable {
             self.ks.persist(fjall::PersistMode::SyncAll)?;
@@ -146,7 +161,7 @@ pub struct Rocks {
 
 #[cfg(feature = "rocksdb")]
 impl Rocks {
-    pub fn open(dir: &Path, o: &OpenOpts) -> Res<Self> {
+    fn options() -> Res<rocksdb::Options> {
         let mut opts = rocksdb::Options::default();
         opts.create_if_missing(true);
         opts.increase_parallelism(2);
@@ -155,6 +170,24 @@ impl Rocks {
         table.set_bloom_filter(10.0, false);
         table.set_block_cache(&rocksdb::Cache::new_lru_cache(CACHE_BYTES as usize)?);
         opts.set_block_based_table_factory(&table);
+        Ok(opts)
+    }
+
+    /// The `keeps_up` setup: `DB::open_with_ttl`, RocksDB's own TTL (a timestamp appended to
+    /// every value and a compaction filter dropping entries older than the TTL on the wall
+    /// clock; reads may return expired entries until a compaction drops them).
+    pub fn open_with_ttl(dir: &Path, ttl_secs: u64) -> Res<Self> {
+        let opts = Self::options()?;
+        let db = rocksdb::DB::open_with_ttl(&opts, dir, std::time::Duration::from_secs(ttl_secs))?;
+        Ok(Rocks {
+            db,
+            wo: rocksdb::WriteOptions::default(),
+            ttl: true,
+        })
+    }
+
+    pub fn open(dir: &Path, o: &OpenOpts) -> Res<Self> {
+        let mut opts = Self::options()?;
         if let (Some(clock), Some(_)) = (&o.clock, o.ttl_secs) {
             let clock = clock.clone();
             opts.set_compaction_filter("expiry", move |_level, _key: &[u8], value: &[u8]| {

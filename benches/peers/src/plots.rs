@@ -1,8 +1,18 @@
-//! The two SVG plots (hand-written SVG: no font or image dependencies).
+//! The SVG plots (hand-written SVG: no font or image dependencies).
 
 use std::fmt::Write as _;
 
 use crate::report::{num, Run, COLORS};
+
+/// The colour of `run.kinds[ki]`: by its place in `Kind::all()`, so an engine keeps its colour
+/// whichever engines a run includes.
+fn color(run: &Run, ki: usize) -> &'static str {
+    let pos = run
+        .kinds
+        .get(ki)
+        .and_then(|k| crate::engines::Kind::all().iter().position(|a| a == k));
+    COLORS[pos.unwrap_or(ki) % COLORS.len()]
+}
 
 fn svg_text(s: &mut String, x: f64, y: f64, anchor: &str, size: u32, text: &str) {
     let _ = write!(
@@ -66,7 +76,7 @@ pub fn bars(run: &Run) -> String {
                     y0.min(y1),
                     bw - 2.0,
                     (y0 - y1).abs().max(1.0),
-                    COLORS[ki % 5]
+                    color(run, ki)
                 );
             }
         }
@@ -91,7 +101,7 @@ fn legend(s: &mut String, run: &Run, x0: f64, y: f64) {
             s,
             r#"<rect x="{x}" y="{}" width="14" height="14" fill="{}"/>"#,
             y - 11.0,
-            COLORS[ki % 5]
+            color(run, ki)
         );
         svg_text(s, x + 20.0, y, "start", 13, k.name());
     }
@@ -221,8 +231,131 @@ pub fn lines(run: &Run) -> String {
         let _ = write!(
             s,
             r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#,
-            COLORS[ki % 5],
+            color(run, *ki),
             d.join(" ")
+        );
+    }
+    legend(&mut s, run, left, h - 20.0);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The keeps-up run: disk MiB over real time per engine (solid) and that engine's live data
+/// (dashed, same colour: the live bytes depend on each engine's own write rate).
+pub fn keeps_up(run: &Run, secs: f64) -> String {
+    let (w, h, left, top, bottom) = (900.0, 440.0, 70.0, 40.0, 80.0);
+    // (colour index, [(seconds, disk MiB, live MiB)])
+    type Series = Vec<(usize, Vec<(f64, f64, f64)>)>;
+    let series: Series = run
+        .kinds
+        .iter()
+        .enumerate()
+        .filter_map(|(ki, k)| {
+            let arr = run.results.get(k.name())?.get("samples")?.as_array()?;
+            let pts = arr
+                .iter()
+                .filter_map(|p| {
+                    let a = p.as_array()?;
+                    Some((
+                        a.first()?.as_f64()?,
+                        a.get(1)?.as_f64()? / 1048576.0,
+                        a.get(2)?.as_f64()? / 1048576.0,
+                    ))
+                })
+                .collect();
+            Some((ki, pts))
+        })
+        .collect();
+    let xmax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.0))
+        .fold(secs.max(1.0), f64::max);
+    let ymax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.1.max(q.2)))
+        .fold(1.0, f64::max)
+        * 1.05;
+    let (pw, ph) = (w - left - 20.0, h - top - bottom);
+    let px = |x: f64| left + pw * x / xmax;
+    let py = |y: f64| top + ph * (1.0 - y / ymax);
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><rect width="100%" height="100%" fill="white"/>"#
+    );
+    svg_text(
+        &mut s,
+        w / 2.0,
+        22.0,
+        "middle",
+        15,
+        "Keeps up (real clock, TTL 10 s): MiB on disk (dashed: live data at that engine's write rate)",
+    );
+    let raw = ymax / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let ystep = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(raw);
+    let digits = usize::from(ystep < 1.0);
+    for v in (0..)
+        .map(|i| f64::from(i) * ystep)
+        .take_while(|v| *v <= ymax)
+    {
+        let _ = write!(
+            s,
+            r##"<line x1="{left}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="#ddd"/>"##,
+            py(v),
+            w - 20.0,
+            py(v)
+        );
+        svg_text(
+            &mut s,
+            left - 6.0,
+            py(v) + 4.0,
+            "end",
+            11,
+            &format!("{v:.digits$}"),
+        );
+    }
+    let step = if xmax > 30.0 { 10.0 } else { 5.0 };
+    let mut x = 0.0;
+    while x <= xmax {
+        svg_text(
+            &mut s,
+            px(x),
+            h - bottom + 18.0,
+            "middle",
+            11,
+            &format!("{x:.0} s"),
+        );
+        x += step;
+    }
+    svg_text(
+        &mut s,
+        left + pw / 2.0,
+        h - bottom + 38.0,
+        "middle",
+        12,
+        "seconds since the first write",
+    );
+    for (ki, pts) in &series {
+        let line = |f: &dyn Fn(&(f64, f64, f64)) -> f64| {
+            pts.iter()
+                .map(|q| format!("{:.1},{:.1}", px(q.0), py(f(q))))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let _ = write!(
+            s,
+            r#"<polyline fill="none" stroke="{}" stroke-width="1" stroke-dasharray="5,4" points="{}"/>"#,
+            color(run, *ki),
+            line(&|q| q.2)
+        );
+        let _ = write!(
+            s,
+            r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#,
+            color(run, *ki),
+            line(&|q| q.1)
         );
     }
     legend(&mut s, run, left, h - 20.0);

@@ -1,0 +1,201 @@
+//! Expiry that keeps up, on the real clock (issue 17): the workload of the main crate's
+//! `benches/keeps_up.rs`, run the same way for every engine.
+//!
+//! One writer inserts fresh keys (`bench::key` of a counter) with 100-byte values (`bench::value`:
+//! the expiry stamp, then incompressible bytes) and a TTL of 10 s, in batches of 100, as fast as
+//! it can, for a fixed duration, with no fsync per write. Nothing but each engine's own
+//! background mechanism does upkeep (see [`open`]). Every second the writer samples the
+//! directory's bytes, the live bytes (keys written within the last TTL × 116 bytes, computed by
+//! the harness the same way for every engine), `RssAnon`, and probes 20 keys written more than
+//! TTL + 1 s ago (any value returned is stale) and 20 written less than TTL − 1 s ago (all must
+//! be found).
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::bench::{dir_bytes, key, peak_rss, value, Rng, VALUE_LEN};
+use crate::engines::{open as open_plain, Durability, Engine, Kind, OpenOpts, Res};
+
+pub const TTL_SECS: u64 = 10;
+pub const DEFAULT_SECS: u64 = 60;
+const BATCH: u64 = 100;
+/// Key + value bytes of one record: what "live bytes" counts per live key.
+pub const RECORD: u64 = 16 + VALUE_LEN as u64;
+const PROBES: u64 = 20;
+
+/// Run length: `PEERS_KEEPS_UP_SECS` (set by the parent from `--keeps-up-secs=N`), default 60.
+pub fn secs() -> u64 {
+    std::env::var("PEERS_KEEPS_UP_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_SECS)
+}
+
+pub fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub fn now_secs() -> u64 {
+    now_millis() / 1000
+}
+
+/// The engines this workload runs (sled is skipped).
+pub fn runs(kind: Kind) -> bool {
+    kind != Kind::Sled
+}
+
+/// Whether the setup's reads check the expiry stamp in the value (so a value the engine still
+/// returns past its expiry never reaches the application).
+pub fn checks_stamp(kind: Kind) -> bool {
+    matches!(kind, Kind::Redb | Kind::Fjall)
+}
+
+/// The TTL mechanism of each setup, for the report.
+pub fn mechanism(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Ebbdb => "keyspace `DefaultTtl::Seconds(10)`, `SystemClock`, background worker only (no `compact()` call); reads: ebbdb's own expiry check",
+        Kind::Redb => "expiry stamp in the value + expiry index table written in the same transaction + sweeper thread (every 100 ms, deletes expired keys in transactions of ≤ 1,000); reads check the stamp",
+        Kind::Fjall => "FIFO compaction with a 10 s TTL (`compaction::Fifo::new(u64::MAX, Some(10))`): drops whole segments created more than 10 s ago — fjall 2.x has no compaction filter, this is its closest mechanism; reads check the stamp",
+        Kind::Sled => "skipped",
+        #[cfg(feature = "rocksdb")]
+        Kind::Rocksdb => "`DB::open_with_ttl` (10 s): RocksDB's TTL compaction filter, same options as above otherwise; reads are RocksDB's raw answer (it returns expired entries until a compaction drops them)",
+    }
+}
+
+/// Each engine's setup for this workload: no fsync per write, real clock, own upkeep only.
+pub fn open(kind: Kind, dir: &Path) -> Res<Box<dyn Engine>> {
+    std::fs::create_dir_all(dir)?;
+    Ok(match kind {
+        Kind::Ebbdb => open_plain(
+            kind,
+            dir,
+            &OpenOpts {
+                durability: Durability::Relaxed, // SyncPolicy::Never
+                clock: None,                     // SystemClock
+                ttl_secs: Some(TTL_SECS as u32),
+            },
+        )?,
+        Kind::Redb => Box::new(crate::engines::RedbTtl::open(dir)?),
+        Kind::Fjall => Box::new(crate::peers::Fjall::open_fifo_ttl(dir, TTL_SECS)?),
+        Kind::Sled => return Err("sled is not run in keeps_up".into()),
+        #[cfg(feature = "rocksdb")]
+        Kind::Rocksdb => Box::new(crate::peers::Rocks::open_with_ttl(dir, TTL_SECS)?),
+    })
+}
+
+/// RssAnon of this process (bytes).
+fn rss_anon() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("RssAnon:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Phase `keepsup`: the workload for `secs` seconds on a fresh directory.
+pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
+    let eng = open(kind, dir)?;
+    let ttl_ms = TTL_SECS * 1000;
+    let mut rng = Rng::new(17);
+    let mut buf: Vec<([u8; 16], [u8; VALUE_LEN])> = Vec::with_capacity(BATCH as usize);
+    // Wall-clock millis at which batch b was written (keys b * BATCH ..).
+    let mut batch_at: Vec<u64> = Vec::new();
+    let mut lat_us: Vec<u32> = Vec::new();
+    // (seconds since start, disk bytes, live bytes, RssAnon)
+    let mut samples: Vec<(f64, u64, u64, u64)> = Vec::new();
+    let (mut probes, mut raw_stale, mut app_stale) = (0u64, 0u64, 0u64);
+    let (mut live_probes, mut live_missing) = (0u64, 0u64);
+    let mut written = 0u64;
+    let start = Instant::now();
+    let mut next_sample = 1;
+    while start.elapsed() < Duration::from_secs(secs) {
+        let at = now_millis();
+        let expiry = at / 1000 + TTL_SECS;
+        for i in written..written + BATCH {
+            buf.push((key(i), value(i, expiry)));
+        }
+        let refs: Vec<(&[u8], &[u8])> = buf.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        let t = Instant::now();
+        eng.put_batch(&refs)?;
+        lat_us.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        buf.clear();
+        batch_at.push(at);
+        written += BATCH;
+        let elapsed = start.elapsed().as_secs();
+        if elapsed < next_sample {
+            continue;
+        }
+        next_sample = elapsed + 1;
+        let now = now_millis();
+        // Keys written within the last TTL are live.
+        let first_live = batch_at.partition_point(|&b| b + ttl_ms <= now) as u64;
+        let live = (written - first_live * BATCH) * RECORD;
+        samples.push((
+            start.elapsed().as_secs_f64(),
+            dir_bytes(dir),
+            live,
+            rss_anon(),
+        ));
+        // Keys written more than TTL + 1 s ago: any value returned is stale.
+        let old = batch_at.partition_point(|&b| b + ttl_ms + 1000 < now) as u64;
+        if old > 0 {
+            for _ in 0..PROBES {
+                let i = rng.below(old * BATCH);
+                probes += 1;
+                if eng.get(&key(i))?.is_some() {
+                    raw_stale += 1;
+                    app_stale += u64::from(!checks_stamp(kind));
+                }
+            }
+        }
+        // Keys written less than TTL - 1 s ago: all must be found.
+        let young = batch_at.partition_point(|&b| b + ttl_ms - 1000 <= now) as u64;
+        if young < batch_at.len() as u64 {
+            for _ in 0..PROBES {
+                let i = young * BATCH + rng.below(written - young * BATCH);
+                live_probes += 1;
+                live_missing += u64::from(eng.get(&key(i))?.is_none());
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let note = eng.note();
+    let rss_end = rss_anon();
+    let t = Instant::now();
+    drop(eng);
+    let close_secs = t.elapsed().as_secs_f64();
+    let second_half: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.0 >= secs as f64 / 2.0)
+        .map(|s| s.1 as f64 / s.2.max(1) as f64)
+        .collect();
+    lat_us.sort_unstable();
+    let pct = |q: usize| lat_us.get(lat_us.len() * q / 100).copied().unwrap_or(0);
+    Ok(json!({
+        "secs": secs,
+        "writes": written,
+        "writes_per_s": written as f64 / elapsed,
+        "amp_max": second_half.iter().copied().fold(0.0, f64::max),
+        "amp_end": second_half.last().copied().unwrap_or(0.0),
+        "probes": probes,
+        "raw_stale": raw_stale,
+        "stale": app_stale,
+        "live_probes": live_probes,
+        "live_missing": live_missing,
+        "rss_anon_peak": samples.iter().map(|s| s.3).max().unwrap_or(0).max(rss_end),
+        "rss_peak": peak_rss(),
+        "batch_p99_ms": f64::from(pct(99)) / 1000.0,
+        "batch_max_ms": f64::from(lat_us.last().copied().unwrap_or(0)) / 1000.0,
+        "disk_end": samples.last().map_or(0, |s| s.1),
+        "close_secs": close_secs,
+        "note": note,
+        "samples": samples,
+    }))
+}
