@@ -348,3 +348,48 @@ fn expired_items_appear_in_no_clause_count_or_aggregate() {
     );
     assert!(!ids(&c, "SELECT VALUE c.id FROM c ORDER BY c.n DESC").contains(&"t2".to_string()));
 }
+
+/// An equality on the partition key path reads only that partition, and an equality on `id`
+/// with a known partition is a point read: proven by a damaged (non-JSON) item elsewhere,
+/// which a full scan trips over. Results are the same as with the partition given in options.
+#[test]
+fn the_planner_reads_only_the_pinned_partition() {
+    let (_d, _c, _db, c) = setup();
+    let junk_key = ebbdb::doc::partition::encode_key(&"zzz".into(), "junk");
+    c.keyspace().put(&junk_key, b"not json").expect("raw put");
+    let full = c.query::<Value>(&Query::new("SELECT * FROM c"));
+    assert!(
+        full.is_err(),
+        "a full scan meets the damaged item (this is what makes the test able to fail)"
+    );
+    assert_eq!(
+        ids(
+            &c,
+            "SELECT VALUE c.id FROM c WHERE c.pk = 'a' ORDER BY c.id"
+        ),
+        vec!["1", "2"]
+    );
+    let q = Query::new("SELECT VALUE c.id FROM c WHERE @p = c.pk AND c.n > 1").param("@p", "a");
+    let got: Vec<String> = c
+        .query(&q)
+        .expect("query")
+        .collect::<ebbdb::Result<_>>()
+        .expect("rows");
+    assert_eq!(got, vec!["1", "2"]);
+    assert_eq!(
+        ids(
+            &c,
+            "SELECT VALUE c.s FROM c WHERE c.pk = 'b' AND c.id = '3'"
+        ),
+        vec!["cherry"]
+    );
+    assert!(ids(
+        &c,
+        "SELECT VALUE c.s FROM c WHERE c.pk = 'b' AND c.id = '1'"
+    )
+    .is_empty());
+    // The id equality alone cannot pin a partition: this one scans, and meets the junk.
+    assert!(c
+        .query::<Value>(&Query::new("SELECT * FROM c WHERE c.id = '1'"))
+        .is_err());
+}

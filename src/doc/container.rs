@@ -322,14 +322,54 @@ impl Container {
         q: &Query,
         opts: &QueryOptions,
     ) -> Result<QueryResults<T>> {
-        let rows = match &opts.partition_key {
-            Some(pk) => super::query::run(q, self.items_in_partition(pk.clone())?)?,
-            None => super::query::run(q, self.items()?)?,
+        let prepared = super::query::prepare(q)?;
+        // The plan: the options' partition, or the one the WHERE clause pins with an equality
+        // on the partition key path; then, with a partition and an equality on `id`, a point
+        // read. The full WHERE still runs on every row read.
+        let pk = match &opts.partition_key {
+            Some(pk) => Some(pk.clone()),
+            None => self.pinned_partition(&prepared),
+        };
+        let rows = match pk {
+            Some(pk) => match prepared.required_value(&["id".to_string()]) {
+                Some(Value::String(id)) => {
+                    self.check_exists()?;
+                    let key = partition::encode_key(&pk, &id);
+                    let item = self.ks.get(&key)?.map(|bytes| {
+                        serde_json::from_slice::<Value>(&bytes)
+                            .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}")))
+                    });
+                    prepared.run(item.into_iter())?
+                }
+                _ => prepared.run(self.items_in_partition(pk)?)?,
+            },
+            None => prepared.run(self.items()?)?,
         };
         Ok(QueryResults {
             rows: rows.into_iter(),
             _t: std::marker::PhantomData,
         })
+    }
+
+    /// The partition a query's WHERE pins with `c.<partition key path> = value`, if any.
+    fn pinned_partition(&self, q: &super::query::Prepared<'_>) -> Option<PartitionKey> {
+        let path: Vec<String> = self
+            .props
+            .partition_key_path
+            .split('/')
+            .skip(1)
+            .map(|s| s.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        let value = q.required_value(&path)?;
+        // Build an item holding `value` at the path and extract its key: one definition of
+        // how a value maps to a partition.
+        let mut item = value;
+        for seg in path.iter().rev() {
+            let mut m = Map::new();
+            m.insert(seg.clone(), item);
+            item = Value::Object(m);
+        }
+        partition::extract(&item, &self.props.partition_key_path).ok()
     }
 
     fn check_exists(&self) -> Result<()> {

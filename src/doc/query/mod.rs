@@ -179,11 +179,87 @@ fn count_of(e: &Expr, params: &HashMap<String, Value>, what: &str) -> Result<usi
         .ok_or_else(|| bad(format!("{what} must be a non-negative integer")))
 }
 
-/// Runs `text` over `items` (live items, one `now`), returning the result rows.
+/// A parsed and checked query, ready to plan and run.
+pub(crate) struct Prepared<'a> {
+    select: Select,
+    params: &'a HashMap<String, Value>,
+}
+
+/// Parses and checks `query` (400 on any problem, before anything is read).
+pub(crate) fn prepare(query: &Query) -> Result<Prepared<'_>> {
+    let select = parser::parse(&query.text)?;
+    check(&select, &query.params)?;
+    Ok(Prepared {
+        select,
+        params: &query.params,
+    })
+}
+
+impl Prepared<'_> {
+    /// The value the WHERE clause requires at `path` (property names from the item's root),
+    /// if one of its top-level `AND` terms is `c.<path> = <literal or parameter>`: every row
+    /// the query can return then has it there.
+    pub(crate) fn required_value(&self, path: &[String]) -> Option<Value> {
+        let mut terms = Vec::new();
+        if let Some(f) = &self.select.filter {
+            conjuncts(f, &mut terms);
+        }
+        terms.into_iter().find_map(|t| {
+            let Expr::Binary(ast::BinOp::Eq, a, b) = t else {
+                return None;
+            };
+            let v = if is_path(a, path) {
+                b
+            } else if is_path(b, path) {
+                a
+            } else {
+                return None;
+            };
+            match v.as_ref() {
+                Expr::Lit(Some(v)) => Some(v.clone()),
+                Expr::Param(name) => self.params.get(name).cloned(),
+                _ => None,
+            }
+        })
+    }
+
+    /// Runs over `items` (live items, one `now`), returning the result rows.
+    pub(crate) fn run(self, items: impl Iterator<Item = Result<Value>>) -> Result<Vec<Value>> {
+        run_select(&self.select, self.params, items)
+    }
+}
+
+/// The top-level `AND` terms of `e`.
+fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::Binary(ast::BinOp::And, a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        other => out.push(other),
+    }
+}
+
+/// Whether `e` is `c.<path[0]>.<path[1]>…`.
+fn is_path(e: &Expr, path: &[String]) -> bool {
+    match (e, path.split_last()) {
+        (Expr::Root, None) => true,
+        (Expr::Prop(base, name), Some((last, rest))) => name == last && is_path(base, rest),
+        _ => false,
+    }
+}
+
+/// Runs `query` over `items` (live items, one `now`), returning the result rows.
+#[cfg(test)]
 pub(crate) fn run(query: &Query, items: impl Iterator<Item = Result<Value>>) -> Result<Vec<Value>> {
-    let q = parser::parse(&query.text)?;
-    check(&q, &query.params)?;
-    let params = &query.params;
+    prepare(query)?.run(items)
+}
+
+fn run_select(
+    q: &Select,
+    params: &HashMap<String, Value>,
+    items: impl Iterator<Item = Result<Value>>,
+) -> Result<Vec<Value>> {
     let top = q
         .top
         .as_ref()
