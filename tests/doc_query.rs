@@ -393,3 +393,85 @@ fn the_planner_reads_only_the_pinned_partition() {
         .query::<Value>(&Query::new("SELECT * FROM c WHERE c.id = '1'"))
         .is_err());
 }
+
+#[test]
+fn join_iterates_an_items_array() {
+    let (_d, _c, _db, c) = setup();
+    assert_eq!(
+        ids(&c, "SELECT VALUE t FROM c JOIN t IN c.tags ORDER BY t"),
+        vec!["x", "y", "y"]
+    );
+    assert_eq!(
+        run(
+            &c,
+            "SELECT c.id, t AS tag FROM c JOIN t IN c.tags WHERE t = 'y' ORDER BY c.id"
+        ),
+        vec![
+            json!({"id": "1", "tag": "y"}),
+            json!({"id": "2", "tag": "y"})
+        ]
+    );
+    // SELECT * with a JOIN returns each alias's value.
+    let rows = run(&c, "SELECT * FROM c JOIN t IN c.tags WHERE c.id = '2'");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["t"], "y");
+    assert_eq!(rows[0]["c"]["id"], "2");
+    // Items without the array (or with a non-array) give no rows; counts follow the rows.
+    assert_eq!(
+        run(&c, "SELECT VALUE COUNT(1) FROM c JOIN t IN c.tags"),
+        vec![json!(3)]
+    );
+    // Nested joins see the earlier alias.
+    c.create_item(&json!({"id": "j", "pk": "j", "lines": [{"qty": [1, 2]}, {"qty": [3]}]}))
+        .expect("create");
+    assert_eq!(
+        run(
+            &c,
+            "SELECT VALUE SUM(q) FROM c JOIN l IN c.lines JOIN q IN l.qty"
+        ),
+        vec![json!(6)]
+    );
+}
+
+#[test]
+fn group_by_with_aggregates_and_missing_fields() {
+    let (_d, _c, _db, c) = setup();
+    assert_eq!(
+        run(&c, "SELECT c.pk, COUNT(1) AS n FROM c GROUP BY c.pk"),
+        vec![
+            json!({"pk": "a", "n": 2}),
+            json!({"pk": "b", "n": 2}),
+            json!({"pk": "c", "n": 1})
+        ]
+    );
+    // Items missing the grouping field form one group whose field is left out.
+    assert_eq!(
+        run(&c, "SELECT c.flag, COUNT(1) AS n FROM c GROUP BY c.flag"),
+        vec![
+            json!({"n": 3}),
+            json!({"flag": false, "n": 1}),
+            json!({"flag": true, "n": 1})
+        ]
+    );
+    // SUM over a group holding a string is undefined: that field is left out.
+    assert_eq!(
+        run(&c, "SELECT c.pk, SUM(c.n) AS total FROM c GROUP BY c.pk"),
+        vec![
+            json!({"pk": "a", "total": 7.5}),
+            json!({"pk": "b"}),
+            json!({"pk": "c", "total": -1})
+        ]
+    );
+    assert_eq!(
+        run(&c, "SELECT VALUE COUNT(1) FROM c GROUP BY c.pk"),
+        vec![json!(2), json!(2), json!(1)]
+    );
+    for bad in [
+        "SELECT * FROM c GROUP BY c.pk",
+        "SELECT c.pk FROM c GROUP BY c.pk ORDER BY c.pk",
+        "SELECT COUNT(1) FROM c GROUP BY COUNT(1)",
+    ] {
+        let e = c.query::<Value>(&Query::new(bad)).expect_err(bad);
+        assert_eq!(e.status_code(), 400, "{bad}");
+    }
+}

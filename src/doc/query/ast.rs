@@ -11,6 +11,8 @@ pub(crate) enum Expr {
     Param(String),
     /// The FROM alias itself (`c`).
     Root,
+    /// The `i`-th `JOIN x IN …` alias: one element of that array.
+    Var(usize),
     /// `e.name` or `e["name"]`.
     Prop(Box<Expr>, String),
     /// `e[i]` with a computed index or name.
@@ -87,6 +89,10 @@ pub(crate) struct Select {
     pub(crate) projection: Projection,
     /// The FROM alias (`c` in `FROM c`).
     pub(crate) alias: String,
+    /// `JOIN x IN e`: each alias and its array expression (which may use earlier aliases).
+    pub(crate) joins: Vec<(String, Expr)>,
+    /// `GROUP BY e, …`.
+    pub(crate) group_by: Vec<Expr>,
     pub(crate) filter: Option<Expr>,
     pub(crate) order_by: Vec<(Expr, bool)>,
     /// `OFFSET n LIMIT m`.
@@ -98,7 +104,7 @@ impl Expr {
     pub(crate) fn has_aggregate(&self) -> bool {
         match self {
             Expr::Agg(..) => true,
-            Expr::Lit(_) | Expr::Param(_) | Expr::Root => false,
+            Expr::Lit(_) | Expr::Param(_) | Expr::Root | Expr::Var(_) => false,
             Expr::Prop(e, _) | Expr::Unary(_, e) => e.has_aggregate(),
             Expr::Index(a, b) | Expr::Binary(_, a, b) => a.has_aggregate() || b.has_aggregate(),
             Expr::In(e, list, _) => e.has_aggregate() || list.iter().any(Expr::has_aggregate),

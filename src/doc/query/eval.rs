@@ -19,6 +19,8 @@ pub(crate) type Val = Option<Value>;
 /// Evaluation context: the row's document and the query parameters.
 pub(crate) struct Ctx<'a> {
     pub(crate) doc: &'a Value,
+    /// The current element of each `JOIN` alias.
+    pub(crate) vars: &'a [Value],
     pub(crate) params: &'a HashMap<String, Value>,
 }
 
@@ -122,6 +124,7 @@ pub(crate) fn eval(e: &Expr, cx: &Ctx<'_>) -> Val {
         Expr::Lit(v) => v.clone(),
         Expr::Param(p) => cx.params.get(p).cloned(),
         Expr::Root => Some(cx.doc.clone()),
+        Expr::Var(i) => cx.vars.get(*i).cloned(),
         Expr::Prop(base, name) => match eval(base, cx) {
             Some(Value::Object(mut m)) => m.remove(name),
             _ => None,

@@ -106,7 +106,12 @@ fn check(q: &Select, params: &HashMap<String, Value>) -> Result<()> {
     for e in q.filter.iter().chain(q.order_by.iter().map(|(e, _)| e)) {
         visit(e);
     }
-    for e in q.top.iter() {
+    for e in q
+        .top
+        .iter()
+        .chain(&q.group_by)
+        .chain(q.joins.iter().map(|(_, e)| e))
+    {
         visit(e);
     }
     if let Some((a, b)) = &q.offset_limit {
@@ -122,11 +127,18 @@ fn check(q: &Select, params: &HashMap<String, Value>) -> Result<()> {
     if q.order_by.iter().any(|(e, _)| e.has_aggregate()) {
         return Err(bad("aggregates are not allowed in ORDER BY"));
     }
-    if let Projection::Fields(fields) = &q.projection {
+    if !q.group_by.is_empty() {
+        if matches!(q.projection, Projection::Star) {
+            return Err(bad("SELECT * cannot be used with GROUP BY"));
+        }
+        if !q.order_by.is_empty() {
+            return Err(bad("ORDER BY cannot be used with GROUP BY"));
+        }
+    } else if let Projection::Fields(fields) = &q.projection {
         let aggs = fields.iter().filter(|(_, e)| e.has_aggregate()).count();
         if aggs > 0 && aggs < fields.len() {
             return Err(bad(
-                "a projection mixing aggregates and plain values needs GROUP BY, which is not supported yet",
+                "a projection mixing aggregates and plain values needs GROUP BY",
             ));
         }
     }
@@ -136,7 +148,7 @@ fn check(q: &Select, params: &HashMap<String, Value>) -> Result<()> {
 fn collect_params(e: &Expr, out: &mut Vec<String>) {
     match e {
         Expr::Param(p) => out.push(p.clone()),
-        Expr::Lit(_) | Expr::Root => {}
+        Expr::Lit(_) | Expr::Root | Expr::Var(_) => {}
         Expr::Prop(x, _) | Expr::Unary(_, x) | Expr::Agg(_, x) => collect_params(x, out),
         Expr::Index(a, b) | Expr::Binary(_, a, b) => {
             collect_params(a, out);
@@ -170,6 +182,7 @@ fn count_of(e: &Expr, params: &HashMap<String, Value>, what: &str) -> Result<usi
         e,
         &Ctx {
             doc: &empty,
+            vars: &[],
             params,
         },
     );
@@ -255,6 +268,73 @@ pub(crate) fn run(query: &Query, items: impl Iterator<Item = Result<Value>>) -> 
     prepare(query)?.run(items)
 }
 
+/// One row: the item and the current element of each `JOIN` alias.
+struct Row {
+    doc: Value,
+    vars: Vec<Value>,
+}
+
+impl Row {
+    fn cx<'a>(&'a self, params: &'a HashMap<String, Value>) -> Ctx<'a> {
+        Ctx {
+            doc: &self.doc,
+            vars: &self.vars,
+            params,
+        }
+    }
+}
+
+/// The rows of one item: one per combination of the `JOIN` arrays' elements (a join over a
+/// value that is not an array yields no row).
+fn expand(doc: Value, joins: &[(String, Expr)], params: &HashMap<String, Value>) -> Vec<Row> {
+    let mut rows = vec![Row {
+        doc,
+        vars: Vec::new(),
+    }];
+    for (_, array) in joins {
+        let mut next = Vec::new();
+        for row in rows {
+            if let Some(Value::Array(items)) = eval(array, &row.cx(params)) {
+                for item in items {
+                    let mut vars = row.vars.clone();
+                    vars.push(item);
+                    next.push(Row {
+                        doc: row.doc.clone(),
+                        vars,
+                    });
+                }
+            }
+        }
+        rows = next;
+    }
+    rows
+}
+
+fn project(q: &Select, row: &Row, params: &HashMap<String, Value>) -> Val {
+    let cx = row.cx(params);
+    match &q.projection {
+        Projection::Star if q.joins.is_empty() => Some(row.doc.clone()),
+        Projection::Star => {
+            let mut m = Map::new();
+            m.insert(q.alias.clone(), row.doc.clone());
+            for ((name, _), v) in q.joins.iter().zip(&row.vars) {
+                m.insert(name.clone(), v.clone());
+            }
+            Some(Value::Object(m))
+        }
+        Projection::Value(e) => eval(e, &cx),
+        Projection::Fields(fields) => {
+            let mut m = Map::new();
+            for (name, e) in fields {
+                if let Some(v) = eval(e, &cx) {
+                    m.insert(name.clone(), v);
+                }
+            }
+            Some(Value::Object(m))
+        }
+    }
+}
+
 fn run_select(
     q: &Select,
     params: &HashMap<String, Value>,
@@ -277,10 +357,11 @@ fn run_select(
         Projection::Fields(f) => f.iter().any(|(_, e)| e.has_aggregate()),
         Projection::Star => false,
     };
+    let grouped = aggregate || !q.group_by.is_empty();
     // Rows that pass the filter, with their ORDER BY keys.
-    let mut rows: Vec<(Vec<Val>, Value)> = Vec::new();
-    // Without ORDER BY, DISTINCT or aggregates the scan can stop early.
-    let early_stop = if q.order_by.is_empty() && !q.distinct && !aggregate {
+    let mut rows: Vec<(Vec<Val>, Row)> = Vec::new();
+    // Without ORDER BY, DISTINCT or grouping the scan can stop early.
+    let early_stop = if q.order_by.is_empty() && !q.distinct && !grouped {
         match (top, offset_limit) {
             (Some(t), None) => Some(t),
             (None, Some((o, l))) => Some(o.saturating_add(l)),
@@ -290,71 +371,96 @@ fn run_select(
     } else {
         None
     };
-    for item in items {
-        if early_stop.is_some_and(|n| rows.len() >= n) {
-            break;
-        }
-        let doc = item?;
-        let cx = Ctx { doc: &doc, params };
-        if let Some(f) = &q.filter {
-            if eval(f, &cx) != Some(Value::Bool(true)) {
-                continue;
+    'items: for item in items {
+        for row in expand(item?, &q.joins, params) {
+            if early_stop.is_some_and(|n| rows.len() >= n) {
+                break 'items;
             }
-        }
-        let keys = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
-        rows.push((keys, doc));
-    }
-    if aggregate {
-        let docs: Vec<Value> = rows.into_iter().map(|(_, d)| d).collect();
-        let row = match &q.projection {
-            Projection::Value(e) => aggregate_expr(e, &docs, params),
-            Projection::Fields(fields) => {
-                let mut m = Map::new();
-                for (name, e) in fields {
-                    if let Some(v) = aggregate_expr(e, &docs, params) {
-                        m.insert(name.clone(), v);
-                    }
-                }
-                Some(Value::Object(m))
-            }
-            Projection::Star => None,
-        };
-        return Ok(row.into_iter().collect());
-    }
-    if !q.order_by.is_empty() {
-        rows.sort_by(|(a, _), (b, _)| {
-            for ((x, y), (_, desc)) in a.iter().zip(b).zip(&q.order_by) {
-                let o = order(x, y);
-                let o = if *desc { o.reverse() } else { o };
-                if o != std::cmp::Ordering::Equal {
-                    return o;
+            let cx = row.cx(params);
+            if let Some(f) = &q.filter {
+                if eval(f, &cx) != Some(Value::Bool(true)) {
+                    continue;
                 }
             }
-            std::cmp::Ordering::Equal
-        });
+            let keys = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
+            rows.push((keys, row));
+        }
     }
     let mut out = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
-    for (_, doc) in rows {
-        let cx = Ctx { doc: &doc, params };
-        let projected = match &q.projection {
-            Projection::Star => Some(doc.clone()),
-            Projection::Value(e) => eval(e, &cx),
-            Projection::Fields(fields) => {
-                let mut m = Map::new();
-                for (name, e) in fields {
-                    if let Some(v) = eval(e, &cx) {
-                        m.insert(name.clone(), v);
+    if grouped {
+        // Groups by the GROUP BY values (undefined is a value of its own), in their order.
+        let mut groups: Vec<(Vec<Val>, Vec<Row>)> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for (_, row) in rows {
+            let cx = row.cx(params);
+            let key: Vec<Val> = q.group_by.iter().map(|e| eval(e, &cx)).collect();
+            let text = key
+                .iter()
+                .map(|v| v.as_ref().map_or_else(|| "~".to_string(), canonical))
+                .collect::<Vec<_>>()
+                .join("|");
+            match index.get(&text) {
+                Some(&i) => groups[i].1.push(row),
+                None => {
+                    index.insert(text, groups.len());
+                    groups.push((key, vec![row]));
+                }
+            }
+        }
+        if groups.is_empty() && q.group_by.is_empty() {
+            // Aggregates over no rows still give one result (COUNT is 0).
+            groups.push((Vec::new(), Vec::new()));
+        }
+        groups.sort_by(|(a, _), (b, _)| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| order(x, y))
+                .find(|o| *o != std::cmp::Ordering::Equal)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        for (_, members) in groups {
+            let v = match &q.projection {
+                Projection::Value(e) => aggregate_expr(e, &members, params),
+                Projection::Fields(fields) => {
+                    let mut m = Map::new();
+                    for (name, e) in fields {
+                        if let Some(v) = aggregate_expr(e, &members, params) {
+                            m.insert(name.clone(), v);
+                        }
+                    }
+                    Some(Value::Object(m))
+                }
+                Projection::Star => None,
+            };
+            let Some(v) = v else { continue };
+            if q.distinct && !seen.insert(canonical(&v)) {
+                continue;
+            }
+            out.push(v);
+        }
+    } else {
+        if !q.order_by.is_empty() {
+            rows.sort_by(|(a, _), (b, _)| {
+                for ((x, y), (_, desc)) in a.iter().zip(b).zip(&q.order_by) {
+                    let o = order(x, y);
+                    let o = if *desc { o.reverse() } else { o };
+                    if o != std::cmp::Ordering::Equal {
+                        return o;
                     }
                 }
-                Some(Value::Object(m))
-            }
-        };
-        let Some(v) = projected else { continue };
-        if q.distinct && !seen.insert(canonical(&v)) {
-            continue;
+                std::cmp::Ordering::Equal
+            });
         }
-        out.push(v);
+        for (_, row) in rows {
+            let Some(v) = project(q, &row, params) else {
+                continue;
+            };
+            if q.distinct && !seen.insert(canonical(&v)) {
+                continue;
+            }
+            out.push(v);
+        }
     }
     if let Some((offset, limit)) = offset_limit {
         out = out.into_iter().skip(offset).take(limit).collect();
@@ -389,24 +495,23 @@ fn canonical(v: &Value) -> String {
     }
 }
 
-/// Evaluates a projection containing aggregates over all `docs`: each aggregate is computed,
-/// then the expression around it is evaluated once.
-fn aggregate_expr(e: &Expr, docs: &[Value], params: &HashMap<String, Value>) -> Val {
-    let replaced = replace_aggs(e, docs, params);
-    let empty = Value::Null;
-    eval(
-        &replaced,
-        &Ctx {
-            doc: &empty,
-            params,
-        },
-    )
+/// Evaluates a projection with aggregates over a group's `rows`: each aggregate is computed
+/// over the group, and the expression around it (and any plain part, a GROUP BY value) is
+/// evaluated against the group's first row.
+fn aggregate_expr(e: &Expr, rows: &[Row], params: &HashMap<String, Value>) -> Val {
+    let replaced = replace_aggs(e, rows, params);
+    let empty = Row {
+        doc: Value::Null,
+        vars: Vec::new(),
+    };
+    let first = rows.first().unwrap_or(&empty);
+    eval(&replaced, &first.cx(params))
 }
 
-fn replace_aggs(e: &Expr, docs: &[Value], params: &HashMap<String, Value>) -> Expr {
-    let r = |x: &Expr| Box::new(replace_aggs(x, docs, params));
+fn replace_aggs(e: &Expr, rows: &[Row], params: &HashMap<String, Value>) -> Expr {
+    let r = |x: &Expr| Box::new(replace_aggs(x, rows, params));
     match e {
-        Expr::Agg(f, arg) => Expr::Lit(aggregate(*f, arg, docs, params)),
+        Expr::Agg(f, arg) => Expr::Lit(aggregate(*f, arg, rows, params)),
         Expr::Prop(x, n) => Expr::Prop(r(x), n.clone()),
         Expr::Index(a, b) => Expr::Index(r(a), r(b)),
         Expr::Unary(op, x) => Expr::Unary(*op, r(x)),
@@ -414,18 +519,18 @@ fn replace_aggs(e: &Expr, docs: &[Value], params: &HashMap<String, Value>) -> Ex
         Expr::Ternary(a, b, c) => Expr::Ternary(r(a), r(b), r(c)),
         Expr::Call(n, args) => Expr::Call(
             n.clone(),
-            args.iter().map(|a| replace_aggs(a, docs, params)).collect(),
+            args.iter().map(|a| replace_aggs(a, rows, params)).collect(),
         ),
         Expr::Array(items) => Expr::Array(
             items
                 .iter()
-                .map(|a| replace_aggs(a, docs, params))
+                .map(|a| replace_aggs(a, rows, params))
                 .collect(),
         ),
         Expr::Object(fields) => Expr::Object(
             fields
                 .iter()
-                .map(|(k, a)| (k.clone(), replace_aggs(a, docs, params)))
+                .map(|(k, a)| (k.clone(), replace_aggs(a, rows, params)))
                 .collect(),
         ),
         other => other.clone(),
@@ -435,10 +540,8 @@ fn replace_aggs(e: &Expr, docs: &[Value], params: &HashMap<String, Value>) -> Ex
 /// One aggregate over the rows: `COUNT` counts defined values; `SUM` and `AVG` are undefined if
 /// any defined value is not a number (`SUM` of nothing is 0); `MIN`/`MAX` follow the
 /// cross-type order over the defined values.
-fn aggregate(f: AggFn, arg: &Expr, docs: &[Value], params: &HashMap<String, Value>) -> Val {
-    let values = docs
-        .iter()
-        .filter_map(|doc| eval(arg, &Ctx { doc, params }));
+fn aggregate(f: AggFn, arg: &Expr, rows: &[Row], params: &HashMap<String, Value>) -> Val {
+    let values = rows.iter().filter_map(|row| eval(arg, &row.cx(params)));
     match f {
         AggFn::Count => Some(Value::from(values.count())),
         AggFn::Sum | AggFn::Avg => {

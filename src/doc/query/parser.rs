@@ -62,6 +62,7 @@ struct Parser {
     depth: usize,
     links: usize,
     alias: String,
+    joins: Vec<String>,
 }
 
 /// Parses a whole query.
@@ -72,6 +73,7 @@ pub(crate) fn parse(text: &str) -> Result<Select> {
         depth: 0,
         links: 0,
         alias: String::new(),
+        joins: Vec::new(),
     };
     p.select()
 }
@@ -183,10 +185,20 @@ impl Parser {
                 "FROM <container> AS <alias> is not supported; write FROM c",
             ));
         }
-        if is_kw(self.peek(), "JOIN") {
-            return Err(syntax(self.at(), "JOIN is not supported yet"));
-        }
         self.alias = alias.clone();
+        let mut joins = Vec::new();
+        while self.eat_kw("JOIN") {
+            let at = self.at();
+            let name = self.ident()?;
+            if name == alias || self.joins.contains(&name) {
+                return Err(syntax(at, format!("the alias '{name}' is used twice")));
+            }
+            self.expect_kw("IN")?;
+            // The array expression sees the aliases before this one.
+            let e = self.expr()?;
+            self.joins.push(name.clone());
+            joins.push((name, e));
+        }
         let after_from = self.pos;
         self.pos = projection_start;
         let projection = self.projection()?;
@@ -202,8 +214,20 @@ impl Parser {
         } else {
             None
         };
-        if is_kw(self.peek(), "GROUP") {
-            return Err(syntax(self.at(), "GROUP BY is not supported yet"));
+        let mut group_by = Vec::new();
+        if self.eat_kw("GROUP") {
+            self.expect_kw("BY")?;
+            loop {
+                let at = self.at();
+                let e = self.expr()?;
+                if e.has_aggregate() {
+                    return Err(syntax(at, "GROUP BY cannot group by an aggregate"));
+                }
+                group_by.push(e);
+                if !self.eat_sym(",") {
+                    break;
+                }
+            }
         }
         let mut order_by = Vec::new();
         if self.eat_kw("ORDER") {
@@ -237,6 +261,8 @@ impl Parser {
             top,
             projection,
             alias,
+            joins,
+            group_by,
             filter,
             order_by,
             offset_limit,
@@ -634,6 +660,9 @@ impl Parser {
         }
         if w == self.alias {
             return Ok(Expr::Root);
+        }
+        if let Some(i) = self.joins.iter().position(|j| *j == w) {
+            return Ok(Expr::Var(i));
         }
         Err(syntax(
             at,
