@@ -73,7 +73,7 @@ pub(crate) mod ttl;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use doc::{
     Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,
-    Query, QueryOptions, QueryResults,
+    Query, QueryOptions, QueryPage, QueryResults,
 };
 pub use engine::{
     Expiry, Iter, Keyspace, Store, WriteBatch, MAX_KEYSPACE_NAME_BYTES, RESERVED_KEYSPACE_PREFIXES,

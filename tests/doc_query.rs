@@ -475,3 +475,132 @@ fn group_by_with_aggregates_and_missing_fields() {
         assert_eq!(e.status_code(), 400, "{bad}");
     }
 }
+
+fn all_pages(c: &Container, q: &Query, opts: QueryOptions) -> (Vec<Value>, usize) {
+    let mut token = None;
+    let mut rows = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = c
+            .query_page::<Value>(q, &opts.clone().continuation(token))
+            .expect("page");
+        pages += 1;
+        assert!(page.items.len() <= opts.max_item_count.unwrap_or(100));
+        rows.extend(page.items);
+        match page.continuation {
+            Some(t) => token = Some(t),
+            None => return (rows, pages),
+        }
+        assert!(pages < 1000, "paging does not end");
+    }
+}
+
+#[test]
+fn paging_returns_every_row_once_in_order() {
+    let (_d, _c, _db, c) = setup();
+    for i in 0..45 {
+        c.create_item(&json!({"id": format!("p{i:02}"), "pk": format!("k{}", i % 4), "n": i % 7}))
+            .expect("create");
+    }
+    for text in [
+        "SELECT VALUE c.id FROM c",
+        "SELECT VALUE c.id FROM c ORDER BY c.n DESC, c.id",
+        "SELECT VALUE c.id FROM c WHERE STARTSWITH(c.id, 'p') ORDER BY c.id OFFSET 3 LIMIT 30",
+        "SELECT TOP 17 VALUE c.id FROM c ORDER BY c.n",
+        "SELECT TOP 17 VALUE c.id FROM c",
+        "SELECT DISTINCT VALUE c.n FROM c",
+        "SELECT c.pk, COUNT(1) AS n FROM c GROUP BY c.pk",
+        "SELECT VALUE t FROM c JOIN t IN c.tags",
+    ] {
+        let q = Query::new(text);
+        let whole = run(&c, text);
+        for size in [1, 4, 10, 100] {
+            let (paged, pages) = all_pages(&c, &q, QueryOptions::default().max_item_count(size));
+            assert_eq!(paged, whole, "{text}, pages of {size}");
+            assert!(pages >= whole.len().div_ceil(size).max(1), "{text}");
+        }
+    }
+}
+
+#[test]
+fn paging_survives_writes_and_reopen_between_pages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::at_unix_secs(T0);
+    let open =
+        || Database::open_with(dir.path(), Options::default().clock(clock.clone())).expect("open");
+    let db = open();
+    let c = db
+        .create_container(
+            ContainerProperties::new("c", "/pk").with_default_ttl(DefaultTtl::NeverExpire),
+        )
+        .expect("container");
+    for i in 0..30 {
+        c.create_item(
+            &json!({"id": format!("i{i:02}"), "pk": "p", "ttl": if i % 5 == 0 { 15 } else { -1 }}),
+        )
+        .expect("create");
+    }
+    let q = Query::new("SELECT VALUE c.id FROM c ORDER BY c.id");
+    let opts = QueryOptions::default().max_item_count(8);
+    let first = c.query_page::<String>(&q, &opts).expect("page 1");
+    assert_eq!(first.items.len(), 8);
+    // Between pages: new items before and after the cursor, a delete, expiry, a reopen.
+    c.create_item(&json!({"id": "a-new", "pk": "p"}))
+        .expect("create before");
+    c.create_item(&json!({"id": "z-new", "pk": "p"}))
+        .expect("create after");
+    c.delete_item("p", "i20").expect("delete");
+    drop(c);
+    drop(db);
+    clock.advance(Duration::from_secs(15));
+    let db = open();
+    let c = db.container("c").expect("container");
+    let mut seen = first.items.clone();
+    let mut token = first.continuation;
+    while let Some(t) = token {
+        let page = c
+            .query_page::<String>(&q, &opts.clone().continuation(Some(t)))
+            .expect("page");
+        seen.extend(page.items);
+        token = page.continuation;
+    }
+    let mut unique = seen.clone();
+    unique.dedup();
+    assert_eq!(unique, seen, "no row twice");
+    for i in 0..30 {
+        let id = format!("i{i:02}");
+        let expired_later = i % 5 == 0 && i >= 8;
+        let deleted = i == 20;
+        assert_eq!(
+            seen.contains(&id),
+            !(expired_later || deleted),
+            "{id}: unchanged live items appear exactly once; expired or deleted ones after the cursor do not"
+        );
+    }
+    assert!(seen.contains(&"z-new".to_string()));
+    assert!(
+        !seen.contains(&"a-new".to_string()),
+        "inserted before the cursor: not revisited"
+    );
+}
+
+#[test]
+fn a_continuation_only_resumes_its_own_query() {
+    let (_d, _c, _db, c) = setup();
+    let q = Query::new("SELECT VALUE c.id FROM c ORDER BY c.id");
+    let page = c
+        .query_page::<Value>(&q, &QueryOptions::default().max_item_count(2))
+        .expect("page");
+    let token = page.continuation.expect("more pages");
+    let other = Query::new("SELECT VALUE c.id FROM c ORDER BY c.s");
+    for (query, t) in [
+        (&other, token.clone()),
+        (&q, "garbage".to_string()),
+        (&q, token.replace('1', "2")),
+    ] {
+        let e = c
+            .query_page::<Value>(query, &QueryOptions::default().continuation(Some(t)))
+            .expect_err("foreign or damaged token");
+        assert_eq!(e.status_code(), 400);
+    }
+}

@@ -18,7 +18,7 @@ use super::database::Database;
 use super::partition::{self, PartitionKey};
 use super::precheck;
 use super::properties::ContainerProperties;
-use super::query::{Query, QueryOptions};
+use super::query::{PageSpec, Query, QueryOptions};
 use super::stored;
 use super::validate;
 use crate::engine::{Current, Iter, Keyspace};
@@ -314,6 +314,7 @@ impl Container {
     }
 
     /// Runs a query with options; with a partition key only that partition's items are read.
+    /// `max_item_count` and `continuation` are ignored here (see [`Container::query_page`]).
     ///
     /// # Errors
     /// As [`Container::query`].
@@ -322,6 +323,55 @@ impl Container {
         q: &Query,
         opts: &QueryOptions,
     ) -> Result<QueryResults<T>> {
+        let (rows, _) = self.run_query(q, opts, &PageSpec::default())?;
+        Ok(QueryResults {
+            rows: rows.into_iter(),
+            _t: std::marker::PhantomData,
+        })
+    }
+
+    /// One page of a query: at most `opts.max_item_count` rows, and a continuation token if
+    /// more follow. Pass the token back in `opts.continuation` (with the same query) for the
+    /// next page. Each page evaluates expiry at its own `now`; an item that stays unchanged
+    /// and live is returned exactly once across the pages (DISTINCT and aggregate queries are
+    /// recomputed per page and paged by position in the result).
+    ///
+    /// # Errors
+    /// As [`Container::query`]; 400 for a continuation that does not belong to this query.
+    pub fn query_page<T: DeserializeOwned>(
+        &self,
+        q: &Query,
+        opts: &QueryOptions,
+    ) -> Result<QueryPage<T>> {
+        let page = PageSpec {
+            after: opts
+                .continuation
+                .as_deref()
+                .map(|token| super::query::decode_continuation(token, q))
+                .transpose()?,
+            max: Some(opts.max_item_count.unwrap_or(100).max(1)),
+        };
+        let (rows, cursor) = self.run_query(q, opts, &page)?;
+        let items = rows
+            .into_iter()
+            .map(|row| {
+                serde_json::from_value(row).map_err(|e| {
+                    Error::BadRequest(format!("a query row does not fit the requested type: {e}"))
+                })
+            })
+            .collect::<Result<Vec<T>>>()?;
+        Ok(QueryPage {
+            items,
+            continuation: cursor.map(|c| super::query::encode_continuation(&c, q)),
+        })
+    }
+
+    fn run_query(
+        &self,
+        q: &Query,
+        opts: &QueryOptions,
+        page: &PageSpec,
+    ) -> Result<(Vec<Value>, Option<super::query::Cursor>)> {
         let prepared = super::query::prepare(q)?;
         // The plan: the options' partition, or the one the WHERE clause pins with an equality
         // on the partition key path; then, with a partition and an equality on `id`, a point
@@ -330,25 +380,29 @@ impl Container {
             Some(pk) => Some(pk.clone()),
             None => self.pinned_partition(&prepared),
         };
-        let rows = match pk {
+        match pk {
             Some(pk) => match prepared.required_value(&["id".to_string()]) {
                 Some(Value::String(id)) => {
                     self.check_exists()?;
                     let key = partition::encode_key(&pk, &id);
                     let item = self.ks.get(&key)?.map(|bytes| {
-                        serde_json::from_slice::<Value>(&bytes)
+                        stored::parse(&bytes)
+                            .map(|v| (key.clone(), v))
                             .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}")))
                     });
-                    prepared.run(item.into_iter())?
+                    prepared.run(item.into_iter(), page)
                 }
-                _ => prepared.run(self.items_in_partition(pk)?)?,
+                _ => {
+                    self.check_exists()?;
+                    let scan = self.ks.prefix(partition::encode_prefix(&pk));
+                    prepared.run(keyed(scan), page)
+                }
             },
-            None => prepared.run(self.items()?)?,
-        };
-        Ok(QueryResults {
-            rows: rows.into_iter(),
-            _t: std::marker::PhantomData,
-        })
+            None => {
+                self.check_exists()?;
+                prepared.run(keyed(self.ks.iter()), page)
+            }
+        }
     }
 
     /// The partition a query's WHERE pins with `c.<partition key path> = value`, if any.
@@ -447,4 +501,24 @@ impl<T: DeserializeOwned> Iterator for QueryResults<T> {
             Error::BadRequest(format!("a query row does not fit the requested type: {e}"))
         }))
     }
+}
+
+/// One page of query results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryPage<T> {
+    /// The rows of this page.
+    pub items: Vec<T>,
+    /// Where the next page starts (pass it as `QueryOptions::continuation`), or `None` after
+    /// the last page.
+    pub continuation: Option<String>,
+}
+
+/// Items with their engine keys, parsed.
+fn keyed(scan: Iter) -> impl Iterator<Item = Result<(Vec<u8>, Value)>> {
+    scan.map(|kv| {
+        let (key, bytes) = kv?;
+        let v = stored::parse(&bytes)
+            .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}")))?;
+        Ok((key, v))
+    })
 }

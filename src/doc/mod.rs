@@ -30,7 +30,7 @@ pub mod validate;
 #[allow(dead_code)]
 pub(crate) mod validate;
 
-pub use container::{Container, ItemOptions, Items, QueryResults};
+pub use container::{Container, ItemOptions, Items, QueryPage, QueryResults};
 pub use database::Database;
 pub use partition::PartitionKey;
 pub use properties::{ContainerProperties, IndexingMode};

@@ -78,6 +78,11 @@ impl Query {
 pub struct QueryOptions {
     /// Restrict the query to one partition (a prefix scan of that partition only).
     pub partition_key: Option<PartitionKey>,
+    /// Page size for [`Container::query_page`](crate::Container::query_page) (default 100).
+    pub max_item_count: Option<usize>,
+    /// Where [`Container::query_page`](crate::Container::query_page) resumes: the
+    /// `continuation` of the previous page.
+    pub continuation: Option<String>,
 }
 
 impl QueryOptions {
@@ -87,6 +92,104 @@ impl QueryOptions {
         self.partition_key = Some(pk.into());
         self
     }
+
+    /// Sets the page size of `query_page`.
+    #[must_use]
+    pub fn max_item_count(mut self, n: usize) -> Self {
+        self.max_item_count = Some(n);
+        self
+    }
+
+    /// Resumes `query_page` after the page that returned `token` (`None`: from the start).
+    #[must_use]
+    pub fn continuation(mut self, token: Option<String>) -> Self {
+        self.continuation = token;
+        self
+    }
+}
+
+/// Identifies a query (text and parameters) so a continuation cannot resume another one.
+fn fingerprint(q: &Query) -> u32 {
+    let mut params: Vec<(&String, &Value)> = q.params.iter().collect();
+    params.sort_by(|a, b| a.0.cmp(b.0));
+    let mut h = crc32fast::Hasher::new();
+    h.update(q.text.as_bytes());
+    for (k, v) in params {
+        h.update(k.as_bytes());
+        h.update(canonical(v).as_bytes());
+    }
+    h.finalize()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The opaque continuation token of `cursor` for query `q` (JSON text).
+pub(crate) fn encode_continuation(cursor: &Cursor, q: &Query) -> String {
+    let body = match cursor {
+        Cursor::After {
+            keys,
+            item,
+            join,
+            emitted,
+        } => serde_json::json!({
+            "k": keys.iter().map(|k| match k {
+                None => serde_json::json!([0]),
+                Some(v) => serde_json::json!([1, v]),
+            }).collect::<Vec<_>>(),
+            "i": hex(item),
+            "j": join,
+            "e": emitted,
+        }),
+        Cursor::Index(i) => serde_json::json!({ "x": i }),
+    };
+    serde_json::json!({"v": 1, "q": fingerprint(q), "c": body}).to_string()
+}
+
+/// Reads a continuation token back; 400 if it is malformed or belongs to another query.
+pub(crate) fn decode_continuation(token: &str, q: &Query) -> Result<Cursor> {
+    let invalid = || bad("the continuation token is not valid for this query");
+    let v: Value = serde_json::from_str(token).map_err(|_| invalid())?;
+    if v["v"] != 1 || v["q"].as_u64() != Some(u64::from(fingerprint(q))) {
+        return Err(invalid());
+    }
+    let c = &v["c"];
+    if let Some(i) = c["x"].as_u64() {
+        return Ok(Cursor::Index(usize::try_from(i).map_err(|_| invalid())?));
+    }
+    let keys = c["k"]
+        .as_array()
+        .ok_or_else(invalid)?
+        .iter()
+        .map(|k| match k.as_array().map(Vec::as_slice) {
+            Some([t]) if t == 0 => Ok(None),
+            Some([t, v]) if t == 1 => Ok(Some(v.clone())),
+            _ => Err(invalid()),
+        })
+        .collect::<Result<Vec<Val>>>()?;
+    Ok(Cursor::After {
+        keys,
+        item: c["i"].as_str().and_then(unhex).ok_or_else(invalid)?,
+        join: c["j"]
+            .as_u64()
+            .and_then(|j| usize::try_from(j).ok())
+            .ok_or_else(invalid)?,
+        emitted: c["e"]
+            .as_u64()
+            .and_then(|e| usize::try_from(e).ok())
+            .ok_or_else(invalid)?,
+    })
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -236,9 +339,14 @@ impl Prepared<'_> {
         })
     }
 
-    /// Runs over `items` (live items, one `now`), returning the result rows.
-    pub(crate) fn run(self, items: impl Iterator<Item = Result<Value>>) -> Result<Vec<Value>> {
-        run_select(&self.select, self.params, items)
+    /// Runs over `items` (live items with their engine keys, in key order, one `now`),
+    /// returning one page of result rows and, if more follow, where the next page starts.
+    pub(crate) fn run(
+        self,
+        items: impl Iterator<Item = Result<(Vec<u8>, Value)>>,
+        page: &PageSpec,
+    ) -> Result<(Vec<Value>, Option<Cursor>)> {
+        run_select(&self.select, self.params, items, page)
     }
 }
 
@@ -265,12 +373,20 @@ fn is_path(e: &Expr, path: &[String]) -> bool {
 /// Runs `query` over `items` (live items, one `now`), returning the result rows.
 #[cfg(test)]
 pub(crate) fn run(query: &Query, items: impl Iterator<Item = Result<Value>>) -> Result<Vec<Value>> {
-    prepare(query)?.run(items)
+    let keyed = items
+        .enumerate()
+        .map(|(i, r)| r.map(|v| ((i as u64).to_be_bytes().to_vec(), v)));
+    prepare(query)?
+        .run(keyed, &PageSpec::default())
+        .map(|(rows, _)| rows)
 }
 
-/// One row: the item and the current element of each `JOIN` alias.
+/// One row: the item, its engine key, which combination of `JOIN` elements it is, and the
+/// current element of each `JOIN` alias.
 struct Row {
     doc: Value,
+    item: Vec<u8>,
+    join: usize,
     vars: Vec<Value>,
 }
 
@@ -286,9 +402,16 @@ impl Row {
 
 /// The rows of one item: one per combination of the `JOIN` arrays' elements (a join over a
 /// value that is not an array yields no row).
-fn expand(doc: Value, joins: &[(String, Expr)], params: &HashMap<String, Value>) -> Vec<Row> {
+fn expand(
+    item: Vec<u8>,
+    doc: Value,
+    joins: &[(String, Expr)],
+    params: &HashMap<String, Value>,
+) -> Vec<Row> {
     let mut rows = vec![Row {
         doc,
+        item,
+        join: 0,
         vars: Vec::new(),
     }];
     for (_, array) in joins {
@@ -300,12 +423,17 @@ fn expand(doc: Value, joins: &[(String, Expr)], params: &HashMap<String, Value>)
                     vars.push(item);
                     next.push(Row {
                         doc: row.doc.clone(),
+                        item: row.item.clone(),
+                        join: 0,
                         vars,
                     });
                 }
             }
         }
         rows = next;
+    }
+    for (i, row) in rows.iter_mut().enumerate() {
+        row.join = i;
     }
     rows
 }
@@ -335,22 +463,67 @@ fn project(q: &Select, row: &Row, params: &HashMap<String, Value>) -> Val {
     }
 }
 
+/// Where a page of a query resumes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Cursor {
+    /// After this row (its ORDER BY keys, item key and join combination), `emitted` rows
+    /// returned so far.
+    After {
+        keys: Vec<Val>,
+        item: Vec<u8>,
+        join: usize,
+        emitted: usize,
+    },
+    /// Grouped and DISTINCT results are paged by index into the whole result.
+    Index(usize),
+}
+
+/// One page of a query: at most `max` rows (all of them with `None`) after `after`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PageSpec {
+    pub(crate) after: Option<Cursor>,
+    pub(crate) max: Option<usize>,
+}
+
+/// Compares two rows by the query's order: ORDER BY keys (with directions), then item key,
+/// then join combination. A total order, so a cursor resumes exactly.
+fn position_cmp(
+    q: &Select,
+    a: (&[Val], &[u8], usize),
+    b: (&[Val], &[u8], usize),
+) -> std::cmp::Ordering {
+    for ((x, y), (_, desc)) in a.0.iter().zip(b.0).zip(&q.order_by) {
+        let o = order(x, y);
+        let o = if *desc { o.reverse() } else { o };
+        if o != std::cmp::Ordering::Equal {
+            return o;
+        }
+    }
+    a.1.cmp(b.1).then(a.2.cmp(&b.2))
+}
+
 fn run_select(
     q: &Select,
     params: &HashMap<String, Value>,
-    items: impl Iterator<Item = Result<Value>>,
-) -> Result<Vec<Value>> {
+    items: impl Iterator<Item = Result<(Vec<u8>, Value)>>,
+    page: &PageSpec,
+) -> Result<(Vec<Value>, Option<Cursor>)> {
     let top = q
         .top
         .as_ref()
         .map(|e| count_of(e, params, "TOP"))
         .transpose()?;
-    let offset_limit = match &q.offset_limit {
-        Some((o, l)) => Some((
+    let (offset, limit) = match &q.offset_limit {
+        Some((o, l)) => (
             count_of(o, params, "OFFSET")?,
-            count_of(l, params, "LIMIT")?,
-        )),
-        None => None,
+            Some(count_of(l, params, "LIMIT")?),
+        ),
+        None => (0, None),
+    };
+    // The most rows the whole query returns (after OFFSET).
+    let total = match (top, limit) {
+        (Some(t), Some(l)) => Some(t.min(l)),
+        (t, l) => t.or(l),
     };
     let aggregate = match &q.projection {
         Projection::Value(e) => e.has_aggregate(),
@@ -358,21 +531,38 @@ fn run_select(
         Projection::Star => false,
     };
     let grouped = aggregate || !q.group_by.is_empty();
-    // Rows that pass the filter, with their ORDER BY keys.
-    let mut rows: Vec<(Vec<Val>, Row)> = Vec::new();
-    // Without ORDER BY, DISTINCT or grouping the scan can stop early.
-    let early_stop = if q.order_by.is_empty() && !q.distinct && !grouped {
-        match (top, offset_limit) {
-            (Some(t), None) => Some(t),
-            (None, Some((o, l))) => Some(o.saturating_add(l)),
-            (Some(t), Some((o, l))) => Some(t.min(o.saturating_add(l))),
-            (None, None) => None,
+    let positional = !grouped && !q.distinct;
+    let (after, emitted) = match &page.after {
+        Some(Cursor::After {
+            keys,
+            item,
+            join,
+            emitted,
+        }) if positional => (Some((keys.as_slice(), item.as_slice(), *join)), *emitted),
+        Some(Cursor::After { .. }) | Some(Cursor::Index(_)) if positional => {
+            return Err(bad("the continuation does not belong to this query"));
         }
+        _ => (None, 0),
+    };
+    // Rows still to return, and whether OFFSET still applies (only before the first page).
+    let remaining = total.map(|t| t.saturating_sub(emitted));
+    let skip = if after.is_none() { offset } else { 0 };
+    // Rows that pass the filter (and come after the cursor), with their ORDER BY keys.
+    let mut rows: Vec<(Vec<Val>, Row)> = Vec::new();
+    // Without ORDER BY the scan is in result order and can stop once the page is full
+    // (one row more tells whether another page follows).
+    let early_stop = if q.order_by.is_empty() && positional {
+        let want = match (remaining, page.max) {
+            (Some(r), Some(m)) => Some(r.min(m.saturating_add(1))),
+            (r, m) => r.or(m.map(|m| m.saturating_add(1))),
+        };
+        want.map(|w| w.saturating_add(skip))
     } else {
         None
     };
     'items: for item in items {
-        for row in expand(item?, &q.joins, params) {
+        let (key, doc) = item?;
+        for row in expand(key, doc, &q.joins, params) {
             if early_stop.is_some_and(|n| rows.len() >= n) {
                 break 'items;
             }
@@ -382,9 +572,52 @@ fn run_select(
                     continue;
                 }
             }
-            let keys = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
+            let keys: Vec<Val> = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
+            if let Some(after) = after {
+                if position_cmp(q, (&keys, &row.item, row.join), after)
+                    != std::cmp::Ordering::Greater
+                {
+                    continue;
+                }
+            }
             rows.push((keys, row));
         }
+    }
+    if positional {
+        if !q.order_by.is_empty() {
+            rows.sort_by(|(ka, a), (kb, b)| {
+                position_cmp(q, (ka, &a.item, a.join), (kb, &b.item, b.join))
+            });
+        }
+        let mut out = Vec::new();
+        let mut last = None;
+        let mut more = false;
+        let mut count = 0usize;
+        let cap = match (remaining, page.max) {
+            (Some(r), Some(m)) => Some(r.min(m)),
+            (r, m) => r.or(m),
+        };
+        for (keys, row) in rows.into_iter().skip(skip) {
+            if cap.is_some_and(|c| count >= c) {
+                more = remaining.is_none_or(|r| count < r);
+                break;
+            }
+            if let Some(v) = project(q, &row, params) {
+                out.push(v);
+            }
+            count += 1;
+            last = Some((keys, row.item, row.join));
+        }
+        let cursor = match (more, last) {
+            (true, Some((keys, item, join))) => Some(Cursor::After {
+                keys,
+                item,
+                join,
+                emitted: emitted + count,
+            }),
+            _ => None,
+        };
+        return Ok((out, cursor));
     }
     let mut out = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -441,34 +674,40 @@ fn run_select(
         }
     } else {
         if !q.order_by.is_empty() {
-            rows.sort_by(|(a, _), (b, _)| {
-                for ((x, y), (_, desc)) in a.iter().zip(b).zip(&q.order_by) {
-                    let o = order(x, y);
-                    let o = if *desc { o.reverse() } else { o };
-                    if o != std::cmp::Ordering::Equal {
-                        return o;
-                    }
-                }
-                std::cmp::Ordering::Equal
+            rows.sort_by(|(ka, a), (kb, b)| {
+                position_cmp(q, (ka, &a.item, a.join), (kb, &b.item, b.join))
             });
         }
         for (_, row) in rows {
             let Some(v) = project(q, &row, params) else {
                 continue;
             };
-            if q.distinct && !seen.insert(canonical(&v)) {
+            if !seen.insert(canonical(&v)) {
                 continue;
             }
             out.push(v);
         }
     }
-    if let Some((offset, limit)) = offset_limit {
-        out = out.into_iter().skip(offset).take(limit).collect();
-    }
-    if let Some(t) = top {
+    let mut out: Vec<Value> = out.into_iter().skip(offset).collect();
+    if let Some(t) = total {
         out.truncate(t);
     }
-    Ok(out)
+    // Paged by index into the whole (recomputed) result.
+    let start = match page.after {
+        Some(Cursor::Index(i)) => i,
+        Some(Cursor::After { .. }) => {
+            return Err(bad("the continuation does not belong to this query"));
+        }
+        None => 0,
+    };
+    let rest: Vec<Value> = out.into_iter().skip(start).collect();
+    match page.max {
+        Some(m) if rest.len() > m => {
+            let page_rows: Vec<Value> = rest.into_iter().take(m).collect();
+            Ok((page_rows, Some(Cursor::Index(start + m))))
+        }
+        _ => Ok((rest, None)),
+    }
 }
 
 /// A text form in which values that compare equal (1 and 1.0 included) are identical.
@@ -502,6 +741,8 @@ fn aggregate_expr(e: &Expr, rows: &[Row], params: &HashMap<String, Value>) -> Va
     let replaced = replace_aggs(e, rows, params);
     let empty = Row {
         doc: Value::Null,
+        item: Vec::new(),
+        join: 0,
         vars: Vec::new(),
     };
     let first = rows.first().unwrap_or(&empty);
