@@ -99,8 +99,24 @@ fn rss_anon() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// CPU seconds (user + system, all threads) this process has used so far.
+fn cpu_secs() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the parenthesised command name; utime and stime are the 14th and
+            // 15th fields of the line, in clock ticks (100 per second on Linux).
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
+        })
+        .unwrap_or(f64::NAN)
+}
+
 /// Phase `keepsup`: the workload for `secs` seconds on a fresh directory.
 pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
+    let load_start = crate::report::loadavg();
+    let cpu_start = cpu_secs();
     let eng = open(kind, dir)?;
     let ttl_ms = TTL_SECS * 1000;
     let mut rng = Rng::new(17);
@@ -166,6 +182,7 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = cpu_secs() - cpu_start;
     let note = eng.note();
     let rss_end = rss_anon();
     let t = Instant::now();
@@ -176,6 +193,19 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
         .filter(|s| s.0 >= secs as f64 / 2.0)
         .map(|s| s.1 as f64 / s.2.max(1) as f64)
         .collect();
+    // Writes in each whole second of the run (wall clock), to show stalls.
+    let per_sec = {
+        let t0 = batch_at.first().copied().unwrap_or(0) / 1000;
+        let mut v = vec![0u64; secs as usize + 2];
+        for &b in &batch_at {
+            if let Some(c) = v.get_mut((b / 1000 - t0) as usize) {
+                *c += BATCH;
+            }
+        }
+        let whole = (batch_at.last().copied().unwrap_or(0) / 1000).saturating_sub(t0) as usize;
+        v.truncate(whole); // the first and last seconds are partial
+        v.into_iter().skip(1).collect::<Vec<_>>()
+    };
     lat_us.sort_unstable();
     let pct = |q: usize| lat_us.get(lat_us.len() * q / 100).copied().unwrap_or(0);
     Ok(json!({
@@ -195,6 +225,10 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
         "batch_max_ms": f64::from(lat_us.last().copied().unwrap_or(0)) / 1000.0,
         "disk_end": samples.last().map_or(0, |s| s.1),
         "close_secs": close_secs,
+        "cpu_secs": cpu,
+        "load_start": load_start,
+        "slowest_second": per_sec.iter().min().copied(),
+        "fastest_second": per_sec.iter().max().copied(),
         "note": note,
         "samples": samples,
     }))

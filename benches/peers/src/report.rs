@@ -498,6 +498,18 @@ pub fn write_keeps_up(docs: &Path, run: &Run) -> Res<()> {
             ))
         },
     );
+    text_row(
+        &mut o,
+        run,
+        "writes in the slowest / fastest whole second",
+        |m| {
+            Some(format!(
+                "{} / {}",
+                fmt_num(num(m, "slowest_second")?),
+                fmt_num(num(m, "fastest_second")?)
+            ))
+        },
+    );
     row(&mut o, run, "disk at the end (MiB)", "disk_end", mib);
     text_row(
         &mut o,
@@ -530,10 +542,24 @@ pub fn write_keeps_up(docs: &Path, run: &Run) -> Res<()> {
     row(&mut o, run, "peak RssAnon (MiB)", "rss_anon_peak", mib);
     row(&mut o, run, "batch latency p99 (ms)", "batch_p99_ms", 1.0);
     row(&mut o, run, "batch latency max (ms)", "batch_max_ms", 1.0);
+    text_row(
+        &mut o,
+        run,
+        "CPU seconds used, all threads (per second of the run)",
+        |m| {
+            let (c, s) = (num(m, "cpu_secs")?, num(m, "secs")?);
+            Some(format!("{c:.0} ({:.2})", c / s.max(1.0)))
+        },
+    );
+    text_row(&mut o, run, "1-minute load average when it started", |m| {
+        m.get("load_start")
+            .and_then(Value::as_str)
+            .map(String::from)
+    });
     text_row(&mut o, run, "engine counters", |m| {
         m.get("note").and_then(Value::as_str).map(String::from)
     });
-    let _ = writeln!(o, "\nIn parentheses: the ratio to ebbdb's figure. Disk ÷ live bytes: every sample from {:.0} s on; the end is the last sample. Stale reads: a value returned to the application for a key whose expiry passed more than 1 s ago. The second row counts what the engine itself still returned; for redb and fjall the read path compares the stamp and drops those, at the cost of carrying the stamp in every value. Peak RssAnon: the largest of the per-second samples and the one at the end, in the engine's child process.\n", secs / 2.0);
+    let _ = writeln!(o, "\nIn parentheses: the ratio to ebbdb's figure. Disk ÷ live bytes: every sample from {:.0} s on; the end is the last sample. Stale reads: a value returned to the application for a key whose expiry passed more than 1 s ago. The second row counts what the engine itself still returned; for redb and fjall the read path compares the stamp and drops those, at the cost of carrying the stamp in every value. Peak RssAnon: the largest of the per-second samples and the one at the end, in the engine's child process. Live bytes follow each engine's own write rate: when a writer slows down, its live line drops and disk ÷ live rises until the space is reclaimed. ebbdb's writer slows down periodically, when the keys written a TTL earlier at full speed all come due (DESIGN.md §11), so its live line and its ratio swing with a period of about twice the TTL; the maximum is taken at the trough.\n", secs / 2.0);
     o.push_str("![keeps up: disk over time](peers-keeps-up.svg)\n\n");
     let _ = writeln!(o, "Engines in this section: {}.\n", names.join(", "));
     o.push_str(KEEPS_UP_END);
