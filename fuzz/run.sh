@@ -34,6 +34,7 @@ ci_runs() {
   case "$1" in
     record_decode | hint_decode) echo 1000000 ;;
     json_validation) echo 50000 ;;
+    query_parse) echo 100000 ;;
     open_segment) echo 3000 ;;
     ops_model) echo 2000 ;;
     *) echo 5000 ;;
@@ -41,7 +42,7 @@ ci_runs() {
 }
 CI_SEED=20261123
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(record_decode hint_decode open_segment json_validation ops_model)
+  targets=(record_decode hint_decode open_segment json_validation ops_model query_parse)
 fi
 target_dir="${FUZZ_TARGET_DIR:-$PWD/target}"
 work="${FUZZ_WORK:-$(mktemp -d)}"

@@ -22,6 +22,8 @@ mod json_validation;
 mod open_segment;
 #[path = "../fuzz/targets_logic/ops_model.rs"]
 mod ops_model;
+#[path = "../fuzz/targets_logic/query_parse.rs"]
+mod query_parse;
 #[path = "../fuzz/targets_logic/record_decode.rs"]
 mod record_decode;
 #[path = "../fuzz/targets_logic/scratch.rs"]
@@ -109,16 +111,22 @@ fn replay_ops_model() {
     replay("ops_model", ops_model::seeds(), ops_model::run);
 }
 
+#[test]
+fn replay_query_parse() {
+    replay("query_parse", query_parse::seeds(), query_parse::run);
+}
+
 /// Writes each target's generated seeds as `seed-NN` files into its corpus directory.
 #[test]
 #[ignore = "maintenance: writes files into fuzz/corpus/"]
 fn write_seed_corpora() {
-    let all: [(&str, Vec<Vec<u8>>); 5] = [
+    let all: [(&str, Vec<Vec<u8>>); 6] = [
         ("record_decode", record_decode::seeds()),
         ("hint_decode", hint_decode::seeds()),
         ("open_segment", open_segment::seeds()),
         ("json_validation", json_validation::seeds()),
         ("ops_model", ops_model::seeds()),
+        ("query_parse", query_parse::seeds()),
     ];
     for (target, seeds) in all {
         let dir = corpus_dir(target);

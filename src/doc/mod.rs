@@ -21,6 +21,10 @@ pub mod partition;
 pub(crate) mod partition;
 mod precheck;
 pub(crate) mod properties;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod query;
+#[cfg(not(feature = "test-hooks"))]
 pub(crate) mod query;
 mod stored;
 #[cfg(feature = "test-hooks")]

@@ -370,6 +370,23 @@ fn is_path(e: &Expr, path: &[String]) -> bool {
     }
 }
 
+/// Test hook (fuzzing): runs `query` over in-memory `docs` as if they were a container's
+/// items, in the given order.
+///
+/// # Errors
+/// As a query on a container.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub fn run_over(query: &Query, docs: Vec<Value>) -> Result<Vec<Value>> {
+    let keyed = docs
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| Ok(((i as u64).to_be_bytes().to_vec(), v)));
+    prepare(query)?
+        .run(keyed, &PageSpec::default())
+        .map(|(rows, _)| rows)
+}
+
 /// Runs `query` over `items` (live items, one `now`), returning the result rows.
 #[cfg(test)]
 pub(crate) fn run(query: &Query, items: impl Iterator<Item = Result<Value>>) -> Result<Vec<Value>> {
