@@ -5,7 +5,6 @@
 //! through the planner, at several clock positions so expiry is part of every comparison.
 
 use std::cmp::Ordering;
-use std::time::Duration;
 
 use ebbdb::clock::ManualClock;
 use ebbdb::{ContainerProperties, Database, DefaultTtl, Options, Query, QueryOptions};
