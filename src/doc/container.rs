@@ -380,6 +380,10 @@ impl Container {
             Some(pk) => Some(pk.clone()),
             None => self.pinned_partition(&prepared),
         };
+        if pk.is_none() && prepared.is_plain_count() && page.after.is_none() {
+            return Ok((vec![Value::from(self.ks.len()?)], None));
+        }
+        let from = prepared.scan_from(page);
         match pk {
             Some(pk) => match prepared.required_value(&["id".to_string()]) {
                 Some(Value::String(id)) => {
@@ -394,13 +398,27 @@ impl Container {
                 }
                 _ => {
                     self.check_exists()?;
-                    let scan = self.ks.prefix(partition::encode_prefix(&pk));
-                    prepared.run(keyed(scan), page)
+                    let prefix = partition::encode_prefix(&pk);
+                    match from {
+                        // A continued unordered scan seeks to the cursor's item.
+                        Some(start) => {
+                            let scan = self.ks.range(start..);
+                            let within = keyed(scan).take_while(move |r| {
+                                r.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix))
+                            });
+                            prepared.run(within, page)
+                        }
+                        None => prepared.run(keyed(self.ks.prefix(prefix)), page),
+                    }
                 }
             },
             None => {
                 self.check_exists()?;
-                prepared.run(keyed(self.ks.iter()), page)
+                let scan = match from {
+                    Some(start) => self.ks.range(start..),
+                    None => self.ks.iter(),
+                };
+                prepared.run(keyed(scan), page)
             }
         }
     }

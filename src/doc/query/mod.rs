@@ -339,6 +339,33 @@ impl Prepared<'_> {
         })
     }
 
+    /// Where an unordered scan may start for this page: the item key of the cursor (rows of
+    /// earlier items come before it in result order and would be skipped anyway).
+    pub(crate) fn scan_from(&self, page: &PageSpec) -> Option<Vec<u8>> {
+        let plain = self.select.order_by.is_empty()
+            && self.select.group_by.is_empty()
+            && !self.select.distinct;
+        match &page.after {
+            Some(Cursor::After { item, .. }) if plain => Some(item.clone()),
+            _ => None,
+        }
+    }
+
+    /// True for exactly `SELECT VALUE COUNT(1) FROM c` (no WHERE, JOIN, GROUP BY or clause
+    /// after): the count of live items, which needs no item parsed.
+    pub(crate) fn is_plain_count(&self) -> bool {
+        let q = &self.select;
+        matches!(&q.projection, Projection::Value(Expr::Agg(AggFn::Count, arg))
+            if matches!(arg.as_ref(), Expr::Lit(Some(_))))
+            && q.filter.is_none()
+            && q.joins.is_empty()
+            && q.group_by.is_empty()
+            && q.order_by.is_empty()
+            && q.top.is_none()
+            && q.offset_limit.is_none()
+            && !q.distinct
+    }
+
     /// Runs over `items` (live items with their engine keys, in key order, one `now`),
     /// returning one page of result rows and, if more follow, where the next page starts.
     pub(crate) fn run(
@@ -577,6 +604,15 @@ fn run_select(
     } else {
         None
     };
+    let sorted_bound = if !q.order_by.is_empty() && positional {
+        let want = match (remaining, page.max) {
+            (Some(r), Some(m)) => Some(r.min(m.saturating_add(1))),
+            (r, m) => r.or(m.map(|m| m.saturating_add(1))),
+        };
+        want.map(|w| w.saturating_add(skip))
+    } else {
+        None
+    };
     'items: for item in items {
         let (key, doc) = item?;
         for row in expand(key, doc, &q.joins, params) {
@@ -598,6 +634,16 @@ fn run_select(
                 }
             }
             rows.push((keys, row));
+            // ORDER BY with a bound (TOP, LIMIT or a page): keep only the best rows, so memory
+            // follows the bound, not the container (sort-and-cut at twice the bound).
+            if let Some(b) = sorted_bound {
+                if rows.len() >= b.saturating_mul(2).max(64) {
+                    rows.sort_by(|(ka, a), (kb, b)| {
+                        position_cmp(q, (ka, &a.item, a.join), (kb, &b.item, b.join))
+                    });
+                    rows.truncate(b);
+                }
+            }
         }
     }
     if positional {
