@@ -115,6 +115,10 @@ fn lock_keyspaces(ops: &[Op]) -> Vec<(u32, RwLockWriteGuard<'_, KeyspaceState>)>
     cores.into_iter().map(|c| (c.id, c.state.write())).collect()
 }
 
+/// An expired version a write replaces before the reaper got to it: keyspace, key, the
+/// second it expired, and its record's file and length.
+type SupersededExpired = (Arc<KeyspaceCore>, Vec<u8>, u64, u32, u64);
+
 /// What a write did to each op: whether a live version existed before it.
 pub(crate) type Existed = Vec<bool>;
 
@@ -288,6 +292,7 @@ impl Inner {
             // (taken in id order; readers take one at a time), so a reader sees all of a
             // batch or none of it.
             let mut guards = lock_keyspaces(ops);
+            let mut superseded_expired: Vec<SupersededExpired> = Vec::new();
             // The timer wheel, locked on first use (a leaf lock: taken after the keyspaces').
             let mut expiry: Option<parking_lot::MutexGuard<'_, super::ExpiryState>> = None;
             if batch {
@@ -323,7 +328,21 @@ impl Inner {
                 let live = match &slot {
                     Entry_::Occupied(o) => {
                         let e = o.get();
-                        !ttl::is_expired(ttl::expires_at(e.ts.get(), e.own_ttl(), history), now)
+                        let at = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
+                        let live = !ttl::is_expired(at, now);
+                        if !live {
+                            // This version expired and is replaced before the reaper got to
+                            // it: it is reported here (once: its timer, if it fires later,
+                            // finds the key re-armed or gone).
+                            superseded_expired.push((
+                                Arc::clone(&op.ks),
+                                op.key.clone(),
+                                at,
+                                e.file,
+                                u64::from(e.len),
+                            ));
+                        }
+                        live
                     }
                     Entry_::Vacant(_) => false,
                 };
@@ -428,6 +447,27 @@ impl Inner {
             for (f, bytes) in dead {
                 if let Some(s) = log.segstats.get_mut(&f) {
                     s.dead += bytes;
+                }
+            }
+            if !superseded_expired.is_empty() {
+                for (_, _, at, file, len) in &superseded_expired {
+                    if let Some(s) = log.segstats.get_mut(file) {
+                        s.note_expired(*len, *at);
+                    }
+                }
+                self.expirations
+                    .fetch_add(superseded_expired.len() as u64, Ordering::Relaxed);
+                let mut subs = self.subscribers.lock();
+                if !subs.is_empty() {
+                    let events: Vec<crate::expiry::ExpiryEvent> = superseded_expired
+                        .into_iter()
+                        .map(|(ks, key, at, _, _)| crate::expiry::ExpiryEvent {
+                            keyspace: ks.name.clone(),
+                            key,
+                            expired_at: at,
+                        })
+                        .collect();
+                    subs.retain(|tx| events.iter().all(|ev| tx.send(ev.clone()).is_ok()));
                 }
             }
             if !matches!(self.opts.sync, SyncPolicy::Always) && log.active.wants_flush() {

@@ -120,7 +120,12 @@ impl Inner {
         let complete = {
             let mut ex = self.expiry.lock();
             ex.in_flight -= handled;
-            let complete = ex.due.is_empty() && ex.in_flight == 0;
+            // Complete only if nothing due at `now` is anywhere: not queued, not being handled
+            // by another reaper, and not re-armed into the wheel by a reaper with an earlier
+            // `now` (it would be reported later, so `reaped_upto` must not pass it).
+            let complete = ex.due.is_empty()
+                && ex.in_flight == 0
+                && ex.wheel.next_deadline().is_none_or(|d| d > now);
             if complete {
                 ex.reaped_upto = ex.reaped_upto.max(now);
             }

@@ -16,6 +16,9 @@ use super::parser::num;
 /// A value or undefined.
 pub(crate) type Val = Option<Value>;
 
+/// Longest string a function may build (larger results are undefined).
+const MAX_STRING: usize = 1 << 20;
+
 /// Evaluation context: the row's document and the query parameters.
 pub(crate) struct Ctx<'a> {
     pub(crate) doc: &'a Value,
@@ -352,7 +355,19 @@ fn call(name: &str, a: &[Val]) -> Val {
         "RTRIM" => Some(Value::String(s(0)?.trim_end().to_string())),
         "TRIM" => Some(Value::String(s(0)?.trim().to_string())),
         "REVERSE" => Some(Value::String(s(0)?.chars().rev().collect())),
-        "REPLACE" => Some(Value::String(s(0)?.replace(&s(1)?, &s(2)?))),
+        "REPLACE" => {
+            let (text, from, to) = (s(0)?, s(1)?, s(2)?);
+            if from.is_empty() {
+                return Some(Value::String(text));
+            }
+            // Nested REPLACEs multiply lengths: refuse (undefined) past 1 MiB of output.
+            let grows = to.len().saturating_sub(from.len());
+            let bound = text.len().saturating_add(text.len() / from.len() * grows);
+            if bound > MAX_STRING {
+                return None;
+            }
+            Some(Value::String(text.replace(&from, &to)))
+        }
         "SUBSTRING" => {
             let text: Vec<char> = s(0)?.chars().collect();
             let start = n(1)?.max(0.0) as usize;

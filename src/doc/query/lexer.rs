@@ -158,12 +158,22 @@ fn string(text: &str, start: usize) -> Result<(String, usize)> {
             'r' => out.push('\r'),
             't' => out.push('\t'),
             'u' => {
+                let bad = |hex: &str| syntax(pos, format!("bad escape '\\u{hex}'"));
                 let hex: String = chars.by_ref().take(4).map(|(_, c)| c).collect();
-                let code = u32::from_str_radix(&hex, 16)
-                    .ok()
-                    .and_then(char::from_u32)
-                    .ok_or_else(|| syntax(pos, format!("bad escape '\\u{hex}'")))?;
-                out.push(code);
+                let unit = u32::from_str_radix(&hex, 16).map_err(|_| bad(&hex))?;
+                let code = if (0xD800..0xDC00).contains(&unit) {
+                    // A high surrogate must be followed by `\u` and a low one: a pair.
+                    let rest: String = chars.by_ref().take(6).map(|(_, c)| c).collect();
+                    let low = rest
+                        .strip_prefix("\\u")
+                        .and_then(|h| u32::from_str_radix(h, 16).ok())
+                        .filter(|l| (0xDC00..0xE000).contains(l))
+                        .ok_or_else(|| bad(&hex))?;
+                    0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                } else {
+                    unit
+                };
+                out.push(char::from_u32(code).ok_or_else(|| bad(&hex))?);
             }
             other => return Err(syntax(pos, format!("bad escape '\\{other}'"))),
         }

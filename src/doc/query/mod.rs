@@ -121,6 +121,14 @@ fn fingerprint(q: &Query) -> u32 {
     h.finalize()
 }
 
+/// A checksum of a continuation's cursor, tied to its query.
+fn body_check(body: &Value, q: &Query) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&fingerprint(q).to_le_bytes());
+    h.update(canonical(body).as_bytes());
+    h.finalize()
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -154,7 +162,8 @@ pub(crate) fn encode_continuation(cursor: &Cursor, q: &Query) -> String {
         }),
         Cursor::Index(i) => serde_json::json!({ "x": i }),
     };
-    serde_json::json!({"v": 1, "q": fingerprint(q), "c": body}).to_string()
+    let check = body_check(&body, q);
+    serde_json::json!({"v": 1, "q": fingerprint(q), "c": body, "h": check}).to_string()
 }
 
 /// Reads a continuation token back; 400 if it is malformed or belongs to another query.
@@ -165,6 +174,9 @@ pub(crate) fn decode_continuation(token: &str, q: &Query) -> Result<Cursor> {
         return Err(invalid());
     }
     let c = &v["c"];
+    if v["h"].as_u64() != Some(u64::from(body_check(c, q))) {
+        return Err(invalid()); // damaged in transit or by hand
+    }
     if let Some(i) = c["x"].as_u64() {
         return Ok(Cursor::Index(usize::try_from(i).map_err(|_| invalid())?));
     }
@@ -230,6 +242,24 @@ fn check(q: &Select, params: &HashMap<String, Value>) -> Result<()> {
     if q.order_by.iter().any(|(e, _)| e.has_aggregate()) {
         return Err(bad("aggregates are not allowed in ORDER BY"));
     }
+    // Outside its aggregates a grouped projection may use only the GROUP BY values (Cosmos
+    // refuses anything else); without GROUP BY an aggregate projection may use no row value.
+    let grouped_ok = |e: &Expr| only_grouped(e, &q.group_by);
+    match &q.projection {
+        Projection::Value(e) if (e.has_aggregate() || !q.group_by.is_empty()) && !grouped_ok(e) => {
+            return Err(bad(
+                "outside an aggregate, the projection may only use GROUP BY expressions",
+            ));
+        }
+        Projection::Fields(fields)
+            if !q.group_by.is_empty() && fields.iter().any(|(_, e)| !grouped_ok(e)) =>
+        {
+            return Err(bad(
+                "outside an aggregate, the projection may only use GROUP BY expressions",
+            ));
+        }
+        _ => {}
+    }
     if !q.group_by.is_empty() {
         if matches!(q.projection, Projection::Star) {
             return Err(bad("SELECT * cannot be used with GROUP BY"));
@@ -246,6 +276,35 @@ fn check(q: &Select, params: &HashMap<String, Value>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// True when every reference to the item (or a JOIN alias) in `e` lies inside an aggregate or
+/// inside one of the GROUP BY expressions.
+fn only_grouped(e: &Expr, group_by: &[Expr]) -> bool {
+    if group_by.iter().any(|g| g == e) {
+        return true;
+    }
+    match e {
+        Expr::Agg(..) | Expr::Lit(_) | Expr::Param(_) => true,
+        Expr::Root | Expr::Var(_) => false,
+        Expr::Prop(x, _) | Expr::Unary(_, x) => only_grouped(x, group_by),
+        Expr::Index(a, b) | Expr::Binary(_, a, b) => {
+            only_grouped(a, group_by) && only_grouped(b, group_by)
+        }
+        Expr::In(x, list, _) => {
+            only_grouped(x, group_by) && list.iter().all(|e| only_grouped(e, group_by))
+        }
+        Expr::Between(a, b, c, _) | Expr::Ternary(a, b, c) => {
+            [a, b, c].iter().all(|e| only_grouped(e, group_by))
+        }
+        Expr::Like(a, b, c, _) => {
+            only_grouped(a, group_by)
+                && only_grouped(b, group_by)
+                && c.as_ref().is_none_or(|c| only_grouped(c, group_by))
+        }
+        Expr::Call(_, args) | Expr::Array(args) => args.iter().all(|e| only_grouped(e, group_by)),
+        Expr::Object(fields) => fields.iter().all(|(_, e)| only_grouped(e, group_by)),
+    }
 }
 
 fn collect_params(e: &Expr, out: &mut Vec<String>) {
@@ -676,7 +735,7 @@ fn run_select(
                 keys,
                 item,
                 join,
-                emitted: emitted + count,
+                emitted: emitted.saturating_add(count),
             }),
             _ => None,
         };
@@ -776,7 +835,8 @@ fn run_select(
 /// A text form in which values that compare equal (1 and 1.0 included) are identical.
 fn canonical(v: &Value) -> String {
     match v {
-        Value::Number(n) => format!("n{}", n.as_f64().unwrap_or(0.0)),
+        // -0.0 equals 0 under `=`, so it is the same value here.
+        Value::Number(n) => format!("n{}", n.as_f64().unwrap_or(0.0) + 0.0),
         Value::Array(a) => format!(
             "[{}]",
             a.iter().map(canonical).collect::<Vec<_>>().join(",")
