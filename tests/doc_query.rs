@@ -316,6 +316,7 @@ fn bad_queries_are_400s_naming_the_position() {
         "SELECT * FROM c WHERE COUNT(1) > 1",
         "SELECT * FROM c WHERE c.s = 'unterminated",
         "SELECT TOP -1 * FROM c",
+        "SELECT VALUE t FROM c JOIN t IN COUNT(1)",
     ] {
         let e = c.query::<Value>(&Query::new(text)).expect_err(text);
         assert_eq!(e.status_code(), 400, "{text}: {e}");

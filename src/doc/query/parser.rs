@@ -195,7 +195,11 @@ impl Parser {
             }
             self.expect_kw("IN")?;
             // The array expression sees the aliases before this one.
+            let e_at = self.at();
             let e = self.expr()?;
+            if e.has_aggregate() {
+                return Err(syntax(e_at, "a JOIN cannot iterate an aggregate"));
+            }
             self.joins.push(name.clone());
             joins.push((name, e));
         }
