@@ -20,55 +20,34 @@
 //! number round-trips, API) is `docs/contract.md` in the repository; "§N" in these docs refers to
 //! its sections. See `DESIGN.md` for the on-disk format and the crash-safety argument.
 
+/// Declares a module that is crate-private, or public (and hidden from the docs) with the
+/// `test-hooks` feature, for ebbdb's own tests and fuzz targets. Dead code is allowed without
+/// the feature: some items exist only for those tests.
+macro_rules! hooked_mod {
+    ($name:ident) => {
+        #[cfg(feature = "test-hooks")]
+        #[doc(hidden)]
+        pub mod $name;
+        #[cfg(not(feature = "test-hooks"))]
+        #[allow(dead_code)]
+        pub(crate) mod $name;
+    };
+}
+
 pub mod clock;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod compaction;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod compaction;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod doc;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod doc;
+hooked_mod!(compaction);
+hooked_mod!(doc);
 mod engine;
 mod error;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod expiry;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod expiry;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod faults;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod faults;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod format;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod format;
+hooked_mod!(expiry);
+hooked_mod!(faults);
+hooked_mod!(format);
 mod keydir;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod log;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod log;
+hooked_mod!(log);
 mod options;
 mod scans;
 mod stats;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod ttl;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod ttl;
+hooked_mod!(ttl);
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use doc::{

@@ -88,10 +88,7 @@ impl Drop for Outputs<'_> {
         }
         self.current = None;
         self.done.clear();
-        for &id in &self.created {
-            let _ = std::fs::remove_file(segment_tmp_path(&self.inner.dir, id));
-            let _ = std::fs::remove_file(hint_path(&self.inner.dir, id));
-        }
+        remove_outputs(&self.inner.dir, &self.created);
     }
 }
 
@@ -454,10 +451,16 @@ impl Drop for UnpublishedOutputs<'_> {
         {
             return; // the manifest may name them after all: leave them to open
         }
-        for &id in &self.ids {
-            let _ = std::fs::remove_file(segment_tmp_path(&self.inner.dir, id));
-            let _ = std::fs::remove_file(hint_path(&self.inner.dir, id));
-        }
+        remove_outputs(&self.inner.dir, &self.ids);
+    }
+}
+
+/// Removes unpublished merge outputs (their `.seg.tmp` and hint files), best effort: open
+/// removes whatever is left.
+fn remove_outputs(dir: &std::path::Path, ids: &[u32]) {
+    for &id in ids {
+        let _ = std::fs::remove_file(segment_tmp_path(dir, id));
+        let _ = std::fs::remove_file(hint_path(dir, id));
     }
 }
 

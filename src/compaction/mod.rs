@@ -1,12 +1,7 @@
 //! Compaction: choose segments (policy), merge them without their dead records (merge), and
 //! write hint files for sealed segments.
 
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod merge;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod merge;
+hooked_mod!(merge);
 pub(crate) mod policy;
 
 use std::fs::File;

@@ -389,11 +389,10 @@ impl Container {
                 Some(Value::String(id)) => {
                     self.check_exists()?;
                     let key = partition::encode_key(&pk, &id);
-                    let item = self.ks.get(&key)?.map(|bytes| {
-                        stored::parse(&bytes)
-                            .map(|v| (key.clone(), v))
-                            .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}")))
-                    });
+                    let item = self
+                        .ks
+                        .get(&key)?
+                        .map(|bytes| parse_stored(&bytes).map(|v| (key.clone(), v)));
                     prepared.run(item.into_iter(), page)
                 }
                 _ => {
@@ -492,13 +491,10 @@ impl Iterator for Items {
     type Item = Result<Value>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (_, bytes) = match self.inner.next()? {
-            Ok(kv) => kv,
-            Err(e) => return Some(Err(e)),
-        };
         Some(
-            stored::parse(&bytes)
-                .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}"))),
+            self.inner
+                .next()?
+                .and_then(|(_, bytes)| parse_stored(&bytes)),
         )
     }
 }
@@ -535,8 +531,11 @@ pub struct QueryPage<T> {
 fn keyed(scan: Iter) -> impl Iterator<Item = Result<(Vec<u8>, Value)>> {
     scan.map(|kv| {
         let (key, bytes) = kv?;
-        let v = stored::parse(&bytes)
-            .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}")))?;
-        Ok((key, v))
+        Ok((key, parse_stored(&bytes)?))
     })
+}
+
+/// A stored item's JSON (a 400 if the bytes are not an item).
+fn parse_stored(bytes: &[u8]) -> Result<Value> {
+    stored::parse(bytes).map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}")))
 }

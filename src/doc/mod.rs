@@ -13,26 +13,12 @@
 
 mod container;
 mod database;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod partition;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod partition;
+hooked_mod!(partition);
 mod precheck;
 pub(crate) mod properties;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod query;
-#[cfg(not(feature = "test-hooks"))]
-pub(crate) mod query;
+hooked_mod!(query);
 mod stored;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod validate;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod validate;
+hooked_mod!(validate);
 
 pub use container::{Container, ItemOptions, Items, QueryPage, QueryResults};
 pub use database::Database;

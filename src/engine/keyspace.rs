@@ -342,16 +342,6 @@ impl Iter {
             ks.core.scans.lock().open(start);
             start
         };
-        // A range whose start lies after its end holds nothing (BTreeMap::range would panic).
-        let empty = match (&lower, &upper) {
-            (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
-                a > b
-                    || (a == b
-                        && !(matches!(lower, Bound::Included(_))
-                            && matches!(upper, Bound::Included(_))))
-            }
-            _ => false,
-        };
         Self {
             ks,
             now,
@@ -361,7 +351,7 @@ impl Iter {
             prefix,
             buf: VecDeque::new(),
             segs: Vec::new(),
-            done: done || empty,
+            done,
         }
     }
 

@@ -107,9 +107,14 @@ fn check_write_second(now: u64) -> Result<()> {
     Ok(())
 }
 
+/// The write guards of one write's keyspaces (inline for the usual one or two: no allocation
+/// per write).
+type Guards<'a> = smallvec::SmallVec<[(u32, RwLockWriteGuard<'a, KeyspaceState>); 2]>;
+
 /// Write-locks the state of every keyspace `ops` touch, in id order.
-fn lock_keyspaces(ops: &[Op]) -> Vec<(u32, RwLockWriteGuard<'_, KeyspaceState>)> {
-    let mut cores: Vec<&Arc<KeyspaceCore>> = ops.iter().map(|op| &op.ks).collect();
+fn lock_keyspaces(ops: &[Op]) -> Guards<'_> {
+    let mut cores: smallvec::SmallVec<[&Arc<KeyspaceCore>; 2]> =
+        ops.iter().map(|op| &op.ks).collect();
     cores.sort_by_key(|c| c.id);
     cores.dedup_by_key(|c| c.id);
     cores.into_iter().map(|c| (c.id, c.state.write())).collect()
@@ -457,8 +462,7 @@ impl Inner {
                 }
                 self.expirations
                     .fetch_add(superseded_expired.len() as u64, Ordering::Relaxed);
-                let mut subs = self.subscribers.lock();
-                if !subs.is_empty() {
+                if self.has_subscribers() {
                     let events: Vec<crate::expiry::ExpiryEvent> = superseded_expired
                         .into_iter()
                         .map(|(ks, key, at, _, _)| crate::expiry::ExpiryEvent {
@@ -467,7 +471,7 @@ impl Inner {
                             expired_at: at,
                         })
                         .collect();
-                    subs.retain(|tx| events.iter().all(|ev| tx.send(ev.clone()).is_ok()));
+                    self.publish_expirations(&events);
                 }
             }
             if !matches!(self.opts.sync, SyncPolicy::Always) && log.active.wants_flush() {
@@ -545,11 +549,8 @@ impl Inner {
     /// and reopening reads whichever manifest is on disk, both of which are consistent with the
     /// files.
     pub(crate) fn store_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
-        let high_water = self.hw_ms.load(Ordering::Acquire) / 1000;
-        manifest.store(&self.dir, high_water).map_err(|e| {
-            self.poison();
-            e.into()
-        })
+        self.store_manifest_unless_unchanged(manifest)
+            .inspect_err(|_| self.poison())
     }
 
     /// Replaces the manifest for a catalogue change (create or delete a keyspace, change a

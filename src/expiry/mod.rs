@@ -7,12 +7,7 @@
 //! and is really due; an early timer (the deadline moved later) is re-armed, a timer for an
 //! entry that can no longer expire is dropped.
 
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod wheel;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod wheel;
+hooked_mod!(wheel);
 pub(crate) mod worker;
 
 use std::collections::btree_map::Entry as BTreeEntry;
@@ -145,7 +140,7 @@ impl Inner {
         if fired.is_empty() {
             return 0;
         }
-        let want_events = !self.subscribers.lock().is_empty();
+        let want_events = self.has_subscribers();
         let mut by_keyspace: Vec<(u32, Vec<Timer>)> = Vec::new();
         for timer in fired {
             match by_keyspace.iter_mut().find(|(id, _)| *id == timer.keyspace) {
@@ -210,10 +205,21 @@ impl Inner {
                 }
             }
         }
-        if !events.is_empty() {
-            let mut subs = self.subscribers.lock();
-            subs.retain(|tx| events.iter().all(|ev| tx.send(ev.clone()).is_ok()));
-        }
+        self.publish_expirations(&events);
         expired
+    }
+
+    /// True when someone subscribed to expiry events (so they are worth building).
+    pub(crate) fn has_subscribers(&self) -> bool {
+        !self.subscribers.lock().is_empty()
+    }
+
+    /// Sends `events` to every subscriber, forgetting subscribers that went away.
+    pub(crate) fn publish_expirations(&self, events: &[ExpiryEvent]) {
+        if events.is_empty() {
+            return;
+        }
+        let mut subs = self.subscribers.lock();
+        subs.retain(|tx| events.iter().all(|ev| tx.send(ev.clone()).is_ok()));
     }
 }

@@ -14,18 +14,8 @@ pub(crate) mod lock;
 pub(crate) mod mmap;
 pub(crate) mod segment;
 
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod manifest;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod manifest;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod scan;
-#[cfg(not(feature = "test-hooks"))]
-#[allow(dead_code)]
-pub(crate) mod scan;
+hooked_mod!(manifest);
+hooked_mod!(scan);
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -100,24 +100,26 @@ pub(crate) struct Select {
 }
 
 impl Expr {
+    /// The direct sub-expressions (the one place that knows the tree's shape; the checks
+    /// that walk it build on this).
+    pub(crate) fn children(&self) -> Vec<&Expr> {
+        match self {
+            Expr::Lit(_) | Expr::Param(_) | Expr::Root | Expr::Var(_) => Vec::new(),
+            Expr::Prop(e, _) | Expr::Unary(_, e) | Expr::Agg(_, e) => vec![e],
+            Expr::Index(a, b) | Expr::Binary(_, a, b) => vec![a, b],
+            Expr::In(e, list, _) => std::iter::once(e.as_ref()).chain(list).collect(),
+            Expr::Between(a, b, c, _) | Expr::Ternary(a, b, c) => vec![a, b, c],
+            Expr::Like(a, b, c, _) => [Some(a.as_ref()), Some(b.as_ref()), c.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Expr::Call(_, args) | Expr::Array(args) => args.iter().collect(),
+            Expr::Object(fields) => fields.iter().map(|(_, e)| e).collect(),
+        }
+    }
+
     /// True if the expression contains an aggregate.
     pub(crate) fn has_aggregate(&self) -> bool {
-        match self {
-            Expr::Agg(..) => true,
-            Expr::Lit(_) | Expr::Param(_) | Expr::Root | Expr::Var(_) => false,
-            Expr::Prop(e, _) | Expr::Unary(_, e) => e.has_aggregate(),
-            Expr::Index(a, b) | Expr::Binary(_, a, b) => a.has_aggregate() || b.has_aggregate(),
-            Expr::In(e, list, _) => e.has_aggregate() || list.iter().any(Expr::has_aggregate),
-            Expr::Between(a, b, c, _) | Expr::Ternary(a, b, c) => {
-                a.has_aggregate() || b.has_aggregate() || c.has_aggregate()
-            }
-            Expr::Like(a, b, c, _) => {
-                a.has_aggregate()
-                    || b.has_aggregate()
-                    || c.as_ref().is_some_and(|c| c.has_aggregate())
-            }
-            Expr::Call(_, args) | Expr::Array(args) => args.iter().any(Expr::has_aggregate),
-            Expr::Object(fields) => fields.iter().any(|(_, e)| e.has_aggregate()),
-        }
+        matches!(self, Expr::Agg(..)) || self.children().into_iter().any(Expr::has_aggregate)
     }
 }

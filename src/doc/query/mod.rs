@@ -285,55 +285,21 @@ fn only_grouped(e: &Expr, group_by: &[Expr]) -> bool {
         return true;
     }
     match e {
-        Expr::Agg(..) | Expr::Lit(_) | Expr::Param(_) => true,
+        Expr::Agg(..) => true,
         Expr::Root | Expr::Var(_) => false,
-        Expr::Prop(x, _) | Expr::Unary(_, x) => only_grouped(x, group_by),
-        Expr::Index(a, b) | Expr::Binary(_, a, b) => {
-            only_grouped(a, group_by) && only_grouped(b, group_by)
-        }
-        Expr::In(x, list, _) => {
-            only_grouped(x, group_by) && list.iter().all(|e| only_grouped(e, group_by))
-        }
-        Expr::Between(a, b, c, _) | Expr::Ternary(a, b, c) => {
-            [a, b, c].iter().all(|e| only_grouped(e, group_by))
-        }
-        Expr::Like(a, b, c, _) => {
-            only_grouped(a, group_by)
-                && only_grouped(b, group_by)
-                && c.as_ref().is_none_or(|c| only_grouped(c, group_by))
-        }
-        Expr::Call(_, args) | Expr::Array(args) => args.iter().all(|e| only_grouped(e, group_by)),
-        Expr::Object(fields) => fields.iter().all(|(_, e)| only_grouped(e, group_by)),
+        other => other
+            .children()
+            .into_iter()
+            .all(|c| only_grouped(c, group_by)),
     }
 }
 
 fn collect_params(e: &Expr, out: &mut Vec<String>) {
-    match e {
-        Expr::Param(p) => out.push(p.clone()),
-        Expr::Lit(_) | Expr::Root | Expr::Var(_) => {}
-        Expr::Prop(x, _) | Expr::Unary(_, x) | Expr::Agg(_, x) => collect_params(x, out),
-        Expr::Index(a, b) | Expr::Binary(_, a, b) => {
-            collect_params(a, out);
-            collect_params(b, out);
-        }
-        Expr::In(x, list, _) => {
-            collect_params(x, out);
-            list.iter().for_each(|e| collect_params(e, out));
-        }
-        Expr::Between(a, b, c, _) | Expr::Ternary(a, b, c) => {
-            for e in [a, b, c] {
-                collect_params(e, out);
-            }
-        }
-        Expr::Like(a, b, c, _) => {
-            collect_params(a, out);
-            collect_params(b, out);
-            if let Some(c) = c {
-                collect_params(c, out);
-            }
-        }
-        Expr::Call(_, args) | Expr::Array(args) => args.iter().for_each(|e| collect_params(e, out)),
-        Expr::Object(fields) => fields.iter().for_each(|(_, e)| collect_params(e, out)),
+    if let Expr::Param(p) = e {
+        out.push(p.clone());
+    }
+    for c in e.children() {
+        collect_params(c, out);
     }
 }
 
@@ -654,24 +620,19 @@ fn run_select(
     let mut rows: Vec<(Vec<Val>, Row)> = Vec::new();
     // Without ORDER BY the scan is in result order and can stop once the page is full
     // (one row more tells whether another page follows).
-    let early_stop = if q.order_by.is_empty() && positional {
-        let want = match (remaining, page.max) {
-            (Some(r), Some(m)) => Some(r.min(m.saturating_add(1))),
-            (r, m) => r.or(m.map(|m| m.saturating_add(1))),
-        };
-        want.map(|w| w.saturating_add(skip))
-    } else {
-        None
-    };
-    let sorted_bound = if !q.order_by.is_empty() && positional {
-        let want = match (remaining, page.max) {
-            (Some(r), Some(m)) => Some(r.min(m.saturating_add(1))),
-            (r, m) => r.or(m.map(|m| m.saturating_add(1))),
-        };
-        want.map(|w| w.saturating_add(skip))
-    } else {
-        None
-    };
+    // How many rows after the cursor the page can use: the rest of TOP/LIMIT, or one more
+    // than the page size (to tell whether another page follows), plus what OFFSET skips.
+    let needed = match (remaining, page.max) {
+        (Some(r), Some(m)) => Some(r.min(m.saturating_add(1))),
+        (r, m) => r.or(m.map(|m| m.saturating_add(1))),
+    }
+    .map(|w| w.saturating_add(skip));
+    let early_stop = (q.order_by.is_empty() && positional)
+        .then_some(needed)
+        .flatten();
+    let sorted_bound = (!q.order_by.is_empty() && positional)
+        .then_some(needed)
+        .flatten();
     'items: for item in items {
         let (key, doc) = item?;
         for row in expand(key, doc, &q.joins, params) {
