@@ -176,18 +176,12 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     let mut oldest = ttl::NEVER;
     let cores: Vec<_> = inner.catalog.read().by_id.values().cloned().collect();
     for core in cores {
-        let s = core.state.read();
-        for e in s.map.values() {
-            let at = s.expires_at(e);
-            if ttl::is_expired(at, now) {
-                st.expired_items += 1;
-                st.expired_bytes += u64::from(e.len);
-                oldest = oldest.min(at);
-            } else {
-                st.live_items += 1;
-                st.live_bytes += u64::from(e.len);
-            }
-        }
+        let count = core.state.read().count(now);
+        st.live_items += count.live.items;
+        st.live_bytes += count.live.bytes;
+        st.expired_items += count.expired.items;
+        st.expired_bytes += count.expired.bytes;
+        oldest = oldest.min(count.oldest_expired);
     }
     {
         let log = inner.log.lock();

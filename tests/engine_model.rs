@@ -158,6 +158,16 @@ fn run(ops: &[Op]) -> ebbdb::Result<()> {
             }
         }
         check(&ks, &model)?;
+        // len() and stats() come from the census; it must agree with the key directory and
+        // with the model after every operation.
+        if let Err(e) = store.check_census() {
+            panic!("after {op:?}: {e}");
+        }
+        assert_eq!(
+            store.stats().live_items,
+            model.live().len() as u64,
+            "stats().live_items"
+        );
     }
     Ok(())
 }

@@ -238,8 +238,8 @@ impl Keyspace {
     pub fn len(&self) -> Result<usize> {
         self.check_alive()?;
         let now = self.inner().now_s();
-        let st = self.core.state.read();
-        Ok(st.map.values().filter(|e| st.is_live(e, now)).count())
+        let live = self.core.state.read().count(now).live.items;
+        Ok(usize::try_from(live).unwrap_or(usize::MAX))
     }
 
     /// True if no key is live.
@@ -249,8 +249,7 @@ impl Keyspace {
     pub fn is_empty(&self) -> Result<bool> {
         self.check_alive()?;
         let now = self.inner().now_s();
-        let st = self.core.state.read();
-        Ok(!st.map.values().any(|e| st.is_live(e, now)))
+        Ok(self.core.state.read().count(now).live.items == 0)
     }
 
     /// Live keys in `range`, in key order. An empty or inverted range (`b"c"..b"a"`, `a..a`)

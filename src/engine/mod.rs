@@ -449,6 +449,41 @@ impl Store {
         self.inner.reap_upto(0).map(|_| ())
     }
 
+    /// Test hook: checks every keyspace's census (the counts behind `len()` and `stats()`)
+    /// against a walk over its key directory at the engine's `now`; the first disagreement is
+    /// the error.
+    #[doc(hidden)]
+    pub fn check_census(&self) -> std::result::Result<(), String> {
+        let now = self.inner.now_s();
+        let cores: Vec<_> = self.inner.catalog.read().by_id.values().cloned().collect();
+        for core in cores {
+            let st = core.state.read();
+            let mut walked = crate::keydir::Census::default();
+            for e in st.map.values() {
+                walked.add(e);
+            }
+            if walked != st.census {
+                return Err(format!("keyspace '{}': census buckets drifted", core.name));
+            }
+            let (mut live, mut expired) = (0u64, 0u64);
+            for e in st.map.values() {
+                if st.is_live(e, now) {
+                    live += 1;
+                } else {
+                    expired += 1;
+                }
+            }
+            let c = st.count(now);
+            if (c.live.items, c.expired.items) != (live, expired) {
+                return Err(format!(
+                    "keyspace '{}' at {now}: census says {} live, {} expired; the walk {live}, {expired}",
+                    core.name, c.live.items, c.expired.items
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Test hook: the process dies now. The background worker stops, nothing more is written:
     /// what sits in the write buffer is lost, what was written to files stays (as after
     /// `kill -9`, the OS keeps its cache). Every later write fails with [`Error::Closed`];

@@ -166,6 +166,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                 true
             });
             state.map = pairs.into_iter().collect::<BTreeMap<_, _>>();
+            state.recount();
         }
         let core = Arc::new(KeyspaceCore {
             id: meta.id,

@@ -328,7 +328,12 @@ impl Inner {
                 else {
                     return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
                 };
-                let KeyspaceState { map, history, .. } = st;
+                let KeyspaceState {
+                    map,
+                    history,
+                    census,
+                    ..
+                } = st;
                 let slot = map.entry(Key::from_slice(&op.key));
                 let live = match &slot {
                     Entry_::Occupied(o) => {
@@ -416,6 +421,7 @@ impl Inner {
                         flags,
                         timer,
                     };
+                    census.add(&entry);
                     match slot {
                         Entry_::Occupied(mut o) => Some(o.insert(entry)),
                         Entry_::Vacant(v) => {
@@ -437,6 +443,7 @@ impl Inner {
                     }
                 };
                 if let Some(old) = old {
+                    census.remove(&old);
                     dead.push((old.file, u64::from(old.len)));
                 }
                 seq += 1;
@@ -641,7 +648,11 @@ impl Inner {
             cat.by_name.remove(name);
             cat.by_id.remove(&core.id);
         }
-        let map = std::mem::take(&mut core.state.write().map);
+        let map = {
+            let mut st = core.state.write();
+            st.census = crate::keydir::Census::default();
+            std::mem::take(&mut st.map)
+        };
         let mut ex = self.expiry.lock();
         for e in map.values() {
             if let Some(s) = log.segstats.get_mut(&e.file) {

@@ -160,7 +160,12 @@ impl Inner {
             while timers.peek().is_some() {
                 let mut st = core.state.write();
                 let mut ex = self.expiry.lock();
-                let KeyspaceState { map, history, .. } = &mut *st;
+                let KeyspaceState {
+                    map,
+                    history,
+                    census,
+                    ..
+                } = &mut *st;
                 for timer in timers.by_ref().take(REAP_CHUNK) {
                     // One descent of the map per timer: decide and remove on the same entry.
                     let BTreeEntry::Occupied(mut slot) = map.entry(timer.key.clone()) else {
@@ -174,7 +179,7 @@ impl Inner {
                     }
                     let at = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
                     if at <= now {
-                        slot.remove();
+                        census.remove(&slot.remove());
                         let d = dead.entry(e.file).or_insert((0, 0, ttl::NEVER));
                         d.0 += u64::from(e.len);
                         d.1 += 1;
