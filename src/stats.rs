@@ -112,8 +112,8 @@ pub struct Stats {
     pub expirations: u64,
     /// Merges run since open.
     pub merges: u64,
-    /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once it
-    /// passes 65,536, so it stays bounded at any write rate.
+    /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once
+    /// expiry lags the clock by more than two seconds, so it stays bounded at any write rate.
     pub expiry_backlog: u64,
     /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
     /// deadline, however often keys are rewritten.

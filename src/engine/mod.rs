@@ -122,8 +122,12 @@ pub(crate) struct Inner {
     /// Second handle to `CLOCK`, fsynced without holding `clockfile`.
     clock_sync: std::fs::File,
     pub(crate) expiry: Mutex<ExpiryState>,
-    /// `expiry.due.len()`, readable without the lock: writers check it after every write.
+    /// `expiry.due.len()`, readable without the lock (for `stats()`).
     pub(crate) reap_backlog: AtomicU64,
+    /// Every timer with a deadline at or before this second has been taken out of the wheel
+    /// and the backlog (handled, or being handled). Writers compare it with their `now` after
+    /// every write: expiry that lags by more than `ASSIST_LAG_S` seconds gets their help.
+    pub(crate) handled_through: AtomicU64,
     pub(crate) subscribers: Mutex<Vec<Sender<ExpiryEvent>>>,
     pub(crate) expirations: AtomicU64,
     pub(crate) merges: AtomicU64,
@@ -225,7 +229,7 @@ pub(crate) struct ExpiryState {
     pub(crate) reaped_upto: u64,
     /// Timers the wheel has fired that no one has handled yet (the reaping backlog), oldest
     /// first. The worker drains it; writers help when it grows (see `Inner::reap_upto`).
-    pub(crate) due: std::collections::VecDeque<Timer>,
+    pub(crate) due: std::collections::VecDeque<(u64, Timer)>,
     /// Timers taken from `due` and being handled right now.
     pub(crate) in_flight: usize,
 }
@@ -446,7 +450,7 @@ impl Store {
     /// worker that fell behind would leave it.
     #[doc(hidden)]
     pub fn queue_due_expirations(&self) -> Result<()> {
-        self.inner.reap_upto(0).map(|_| ())
+        self.inner.reap_upto(0, 0).map(|_| ())
     }
 
     /// Test hook: checks every keyspace's census (the counts behind `len()` and `stats()`)

@@ -248,6 +248,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             in_flight: 0,
         }),
         reap_backlog: AtomicU64::new(0),
+        handled_through: AtomicU64::new(now.saturating_sub(1)),
         subscribers: Mutex::new(Vec::new()),
         expirations: AtomicU64::new(0),
         merges: AtomicU64::new(0),

@@ -494,7 +494,7 @@ impl Inner {
         }
         // If expiry has fallen behind, this write handles a share of the backlog (no lock is
         // held here): expiry keeps pace with the writers instead of piling up.
-        self.assist_reaping(ops.len());
+        self.assist_reaping(ops.len(), now);
         Ok(existed)
     }
 

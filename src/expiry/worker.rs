@@ -8,6 +8,7 @@
 //! report only their own errors: one background failure never wedges them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -114,6 +115,18 @@ fn record(inner: &Inner, outcome: std::thread::Result<Result<()>>) -> bool {
     }
 }
 
+/// How long the worker waits for its next tick: the tick interval, but no later than just past
+/// the next whole second of the engine's clock when the clock drives background work. Deadlines
+/// are whole seconds, so a second's expirations are handled (and their events published) within
+/// a few milliseconds of coming due rather than up to a tick later.
+fn next_wait(inner: &Inner, tick: Duration, background: bool) -> Duration {
+    if !background {
+        return tick;
+    }
+    let into_second = inner.now_ms() % 1000;
+    tick.min(Duration::from_millis(1000 - into_second + 2))
+}
+
 /// Starts the worker for `inner`.
 ///
 /// # Errors
@@ -121,45 +134,25 @@ fn record(inner: &Inner, outcome: std::thread::Result<Result<()>>) -> bool {
 pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
     let (tx, rx) = bounded::<Message>(1024);
     let thread = std::thread::Builder::new()
-        .name("ebbdb-expiry".into())
+        .name("ebbdb-upkeep".into())
         .spawn(move || {
             let tick = inner.opts.tick_interval;
             let background = inner.opts.clock.drives_background();
             let mut last_sync = Instant::now();
             let mut compaction = Backoff::default();
+            let mut next_tick = Instant::now() + tick;
+            let run = |job: &mut dyn FnMut() -> Result<()>| {
+                record(&inner, catch_unwind(AssertUnwindSafe(job)))
+            };
             loop {
-                let msg = match rx.recv_timeout(tick) {
+                let msg = match rx.recv_deadline(next_tick) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => Message::Tick,
                     Err(RecvTimeoutError::Disconnected) => Message::Shutdown,
                 };
-                let run = |job: &mut dyn FnMut() -> Result<()>| {
-                    record(&inner, catch_unwind(AssertUnwindSafe(job)))
-                };
                 match msg {
                     Message::Shutdown => break,
-                    Message::Tick => {
-                        if background {
-                            run(&mut || inner.reap().map(|_| ()));
-                            // The policy is cheap (it reads counters) and what it finds is
-                            // mostly whole dead segments (dropped unread), so it runs after
-                            // every expiry pass: reclaiming space then follows the backlog, not
-                            // a fixed cadence. It backs off while merges keep failing.
-                            if compaction.ready() {
-                                if run(&mut || crate::compaction::run(&inner, false).map(|_| ())) {
-                                    compaction.succeeded();
-                                } else {
-                                    compaction.failed();
-                                }
-                            }
-                        }
-                        if let SyncPolicy::Periodic(every) = inner.opts.sync {
-                            if last_sync.elapsed() >= every {
-                                run(&mut || inner.periodic_sync());
-                                last_sync = Instant::now();
-                            }
-                        }
-                    }
+                    Message::Tick => {}
                     Message::Compact => {
                         // An explicit request: tried now, whatever the backoff says.
                         let ok = run(&mut || {
@@ -174,6 +167,37 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     }
                     Message::WriteHint(id) => {
                         run(&mut || crate::compaction::write_hint_for(&inner, id));
+                    }
+                }
+                // The tick's work, when it is due: also while other messages keep arriving.
+                if Instant::now() < next_tick {
+                    continue;
+                }
+                next_tick = Instant::now() + next_wait(&inner, tick, background);
+                if background {
+                    run(&mut || inner.reap().map(|_| ()));
+                    if inner.reap_backlog.load(Ordering::Relaxed) > 0 {
+                        // A pass is bounded; while a backlog is left the next one comes at
+                        // once (after the policy below), not a tick later: reaping follows
+                        // the backlog, not a cadence.
+                        next_tick = Instant::now();
+                    }
+                    // The policy is cheap (it reads counters) and what it finds is mostly
+                    // whole dead segments (dropped unread), so it runs after every expiry
+                    // pass: reclaiming space then follows the backlog, not a fixed cadence.
+                    // It backs off while merges keep failing.
+                    if compaction.ready() {
+                        if run(&mut || crate::compaction::run(&inner, false).map(|_| ())) {
+                            compaction.succeeded();
+                        } else {
+                            compaction.failed();
+                        }
+                    }
+                }
+                if let SyncPolicy::Periodic(every) = inner.opts.sync {
+                    if last_sync.elapsed() >= every {
+                        run(&mut || inner.periodic_sync());
+                        last_sync = Instant::now();
                     }
                 }
             }

@@ -104,25 +104,27 @@ impl HintWriter {
     #[must_use]
     pub fn finish(mut self) -> Vec<u8> {
         let buf = &self.buf;
-        let field = |s: usize, r: std::ops::Range<usize>| {
-            buf.get(s + r.start..s + r.end).unwrap_or_default()
-        };
-        self.spans.sort_by(|&(a, a_end), &(b, b_end)| {
-            let ka = (
-                field(a, 4..8),
-                buf.get(a + HINT_ENTRY_LEN..a_end).unwrap_or_default(),
-            );
-            let kb = (
-                field(b, 4..8),
-                buf.get(b + HINT_ENTRY_LEN..b_end).unwrap_or_default(),
-            );
-            let (ksa, ksb) = (LE::read_u32(ka.0), LE::read_u32(kb.0));
-            let (sa, sb) = (
-                LE::read_u64(field(a, 16..24)),
-                LE::read_u64(field(b, 16..24)),
-            );
-            ksa.cmp(&ksb).then(ka.1.cmp(kb.1)).then(sb.cmp(&sa))
-        });
+        // Each entry's sort fields decoded once, not at every comparison; the order is total
+        // (sequence numbers are unique), so an unstable sort gives the one sorted result.
+        let mut order: Vec<(u32, &[u8], u64, usize, usize)> = self
+            .spans
+            .iter()
+            .map(|&(start, end)| {
+                let at = |r: std::ops::Range<usize>| {
+                    buf.get(start + r.start..start + r.end).unwrap_or_default()
+                };
+                (
+                    LE::read_u32(at(4..8)),
+                    buf.get(start + HINT_ENTRY_LEN..end).unwrap_or_default(),
+                    LE::read_u64(at(16..24)),
+                    start,
+                    end,
+                )
+            })
+            .collect();
+        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1)).then(b.2.cmp(&a.2)));
+        let spans: Vec<(usize, usize)> = order.into_iter().map(|o| (o.3, o.4)).collect();
+        self.spans = spans;
         let mut out = Vec::with_capacity(self.buf.len() + HINT_FOOTER_LEN);
         out.extend_from_slice(self.buf.get(..HINT_HEADER_LEN).unwrap_or_default());
         for &(s, e) in &self.spans {
