@@ -21,6 +21,10 @@ pub struct SegStats {
     pub expired_items: u64,
     /// Earliest deadline among those expired records ([`ttl::NEVER`] if none).
     pub oldest_expiry: u64,
+    /// The second by which every record still live in the segment will have expired, under
+    /// the TTL history when each was counted ([`ttl::NEVER`] if some record never expires or
+    /// it is not known). A hint for the policy: a segment about to die whole is not merged.
+    pub dies_by: u64,
 }
 
 impl Default for SegStats {
@@ -32,6 +36,7 @@ impl Default for SegStats {
             expired_bytes: 0,
             expired_items: 0,
             oldest_expiry: ttl::NEVER,
+            dies_by: 0,
         }
     }
 }
@@ -45,6 +50,7 @@ impl SegStats {
         self.expired_bytes += o.expired_bytes;
         self.expired_items += o.expired_items;
         self.oldest_expiry = self.oldest_expiry.min(o.oldest_expiry);
+        self.dies_by = self.dies_by.max(o.dies_by);
     }
 
     /// Records that a record of `len` bytes expired at `at` (its bytes are already dead).

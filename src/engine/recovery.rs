@@ -185,9 +185,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         s.dead = s.total;
     }
     for core in catalog.by_id.values() {
-        for e in core.state.read().map.values() {
+        let st = core.state.read();
+        for e in st.map.values() {
             if let Some(s) = segstats.get_mut(&e.file) {
                 s.dead = s.dead.saturating_sub(u64::from(e.len));
+                s.dies_by = s.dies_by.max(st.expires_at(e));
             }
         }
     }

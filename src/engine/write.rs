@@ -390,6 +390,7 @@ impl Inner {
                 let old = if kind == Kind::Put {
                     let ts = WriteSecs::saturating(meta.ts());
                     let deadline = ttl::expires_at(ts.get(), own, history);
+                    added.dies_by = added.dies_by.max(deadline);
                     let timer = if deadline == ttl::NEVER {
                         if old_timer != TimerHandle::NONE {
                             expiry
