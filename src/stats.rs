@@ -121,6 +121,9 @@ pub struct Stats {
     /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once
     /// expiry lags the clock by more than two seconds, so it stays bounded at any write rate.
     pub expiry_backlog: u64,
+    /// Sealed segments without a hint file because they are about to die whole (a hint only
+    /// speeds up opening; one is written if the segment outlives its expected death).
+    pub hints_deferred: usize,
     /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
     /// deadline, however often keys are rewritten.
     pub timers_armed: usize,
@@ -229,6 +232,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     st.expirations = inner.expirations.load(Ordering::Relaxed);
     st.merges = inner.merges.load(Ordering::Relaxed);
     st.timers_armed = inner.expiry.lock().wheel.len();
+    st.hints_deferred = inner.hints_deferred.lock().len();
     st.expiry_backlog = inner.reap_backlog.load(Ordering::Relaxed);
     {
         let w = inner.worker_error.lock();

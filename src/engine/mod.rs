@@ -132,6 +132,9 @@ pub(crate) struct Inner {
     pub(crate) expirations: AtomicU64,
     pub(crate) merges: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
+    /// Sealed segments whose hint was not written because they were about to die whole
+    /// (`compaction::write_hint_for`); the worker writes it if one outlives that.
+    pub(crate) hints_deferred: Mutex<std::collections::BTreeSet<u32>>,
     worker: Mutex<Option<WorkerHandle>>,
     pub(crate) worker_error: Mutex<WorkerErrors>,
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,

@@ -255,6 +255,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         expirations: AtomicU64::new(0),
         merges: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
+        hints_deferred: Mutex::default(),
         worker: Mutex::new(None),
         worker_error: Mutex::new(super::WorkerErrors::default()),
         merge_crash_at: Mutex::new(None),

@@ -194,6 +194,9 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                         }
                     }
                 }
+                if !inner.hints_deferred.lock().is_empty() {
+                    run(&mut || crate::compaction::write_deferred_hints(&inner));
+                }
                 if let SyncPolicy::Periodic(every) = inner.opts.sync {
                     if last_sync.elapsed() >= every {
                         run(&mut || inner.periodic_sync());
