@@ -515,7 +515,14 @@ impl Inner {
 
     pub(crate) fn now_ms(&self) -> u64 {
         let clock = self.opts.clock.now_unix_millis();
-        let prev = self.hw_ms.fetch_max(clock, Ordering::SeqCst);
+        // Readers in the same millisecond only load the high-water mark: a `fetch_max` on
+        // every call made every read write one shared cache line.
+        let seen = self.hw_ms.load(Ordering::SeqCst);
+        let prev = if clock > seen {
+            self.hw_ms.fetch_max(clock, Ordering::SeqCst)
+        } else {
+            seen
+        };
         let mut now = prev.max(clock);
         loop {
             match self.fence_ms.load(Ordering::SeqCst) {
