@@ -52,7 +52,7 @@ hooked_mod!(ttl);
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use doc::{
     Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,
-    Query, QueryOptions, QueryPage, QueryResults,
+    PatchOp, Query, QueryOptions, QueryPage, QueryResults, MAX_PATCH_OPS,
 };
 pub use engine::{
     Expiry, Iter, Keyspace, Store, WriteBatch, MAX_KEYSPACE_NAME_BYTES, RESERVED_KEYSPACE_PREFIXES,

@@ -13,6 +13,7 @@
 
 mod container;
 mod database;
+mod patch;
 hooked_mod!(partition);
 mod precheck;
 pub(crate) mod properties;
@@ -22,6 +23,7 @@ hooked_mod!(validate);
 
 pub use container::{Container, ItemOptions, Items, QueryPage, QueryResults};
 pub use database::Database;
+pub use patch::{PatchOp, MAX_PATCH_OPS};
 pub use partition::PartitionKey;
 pub use properties::{ContainerProperties, IndexingMode};
 pub use query::{Query, QueryOptions};

@@ -6,6 +6,7 @@
 
 mod clockfile;
 mod keyspace;
+mod planned;
 mod read;
 mod recovery;
 mod write;
