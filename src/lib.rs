@@ -51,6 +51,10 @@ hooked_mod!(ttl);
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use doc::{
+    BatchOperationResult, TransactionalBatch, TransactionalBatchResponse, MAX_BATCH_BYTES,
+    MAX_BATCH_OPS,
+};
+pub use doc::{
     Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,
     PatchOp, Query, QueryOptions, QueryPage, QueryResults, MAX_PATCH_OPS,
 };

@@ -11,6 +11,7 @@
 //! - `partition.rs`: [`PartitionKey`], extraction by path, and the order-preserving key
 //!   encoding that keeps a partition's items adjacent.
 
+mod batch;
 mod container;
 mod database;
 mod patch;
@@ -21,6 +22,10 @@ hooked_mod!(query);
 mod stored;
 hooked_mod!(validate);
 
+pub use batch::{
+    BatchOperationResult, TransactionalBatch, TransactionalBatchResponse, MAX_BATCH_BYTES,
+    MAX_BATCH_OPS,
+};
 pub use container::{Container, ItemOptions, Items, QueryPage, QueryResults};
 pub use database::Database;
 pub use patch::{PatchOp, MAX_PATCH_OPS};

@@ -20,6 +20,7 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
+pub(crate) use planned::PlannedOp;
 pub(crate) use write::{next_id, Current};
 
 use crate::error::{Error, IoContext, Result};
