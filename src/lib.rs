@@ -51,8 +51,9 @@ hooked_mod!(ttl);
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use doc::{
-    BatchOperationResult, TransactionalBatch, TransactionalBatchResponse, MAX_BATCH_BYTES,
-    MAX_BATCH_OPS,
+    BatchOperationResult, ChangeFeedIter, ChangeFeedMode, ChangeFeedOptions, ChangeFeedPage,
+    ChangeFeedStart, ChangeReceiver, TransactionalBatch, TransactionalBatchResponse,
+    MAX_BATCH_BYTES, MAX_BATCH_OPS,
 };
 pub use doc::{
     Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,

@@ -433,6 +433,9 @@ impl Container {
             }
             Ok(writes)
         })?;
+        if failed.is_none() {
+            self.db.notify_change();
+        }
         if let Some((at, e)) = failed {
             let status = e.status_code();
             return Ok(TransactionalBatchResponse {

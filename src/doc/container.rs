@@ -176,6 +176,7 @@ impl Container {
                     Ok(())
                 }
             })?;
+        self.db.notify_change();
         Ok(p.stored)
     }
 
@@ -203,6 +204,7 @@ impl Container {
                     check_etag(&id, cur, opts, false)
                 })?;
         }
+        self.db.notify_change();
         Ok(p.stored)
     }
 
@@ -248,6 +250,7 @@ impl Container {
             .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
                 check_etag(id, cur, opts, true)
             })?;
+        self.db.notify_change();
         Ok(p.stored)
     }
 
@@ -294,6 +297,7 @@ impl Container {
             .write_checked(&key, None, self.ks.store().now_unix_millis(), |cur| {
                 check_etag(id, cur, opts, true)
             })?;
+        self.db.notify_change();
         Ok(())
     }
 

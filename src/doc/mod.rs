@@ -14,6 +14,7 @@
 mod batch;
 mod container;
 mod database;
+mod feed;
 mod patch;
 hooked_mod!(partition);
 mod precheck;
@@ -28,6 +29,9 @@ pub use batch::{
 };
 pub use container::{Container, ItemOptions, Items, QueryPage, QueryResults};
 pub use database::Database;
+pub use feed::{
+    ChangeFeedIter, ChangeFeedMode, ChangeFeedOptions, ChangeFeedPage, ChangeFeedStart, ChangeReceiver,
+};
 pub use patch::{PatchOp, MAX_PATCH_OPS};
 pub use partition::PartitionKey;
 pub use properties::{ContainerProperties, IndexingMode};

@@ -551,6 +551,7 @@ impl Container {
             out = Some(stored);
             Ok(vec![(key.clone(), Some((bytes, ttl)))])
         })?;
+        self.db.notify_change();
         out.ok_or_else(|| Error::NotFound(format!("item '{id}'")))
     }
 }

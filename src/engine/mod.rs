@@ -5,6 +5,7 @@
 //! keyspace's `state` (read) and `segments` (read), so they never wait for an fsync.
 
 mod clockfile;
+mod feed;
 mod keyspace;
 mod planned;
 mod read;
