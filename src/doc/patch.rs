@@ -137,6 +137,54 @@ impl PatchOp {
     pub fn value(&self) -> Option<&Value> {
         self.value.as_ref()
     }
+
+    /// The operation in the Cosmos REST shape: `{"op": "incr", "path": "/n", "value": 1}`
+    /// (`"from"` for a move).
+    #[must_use]
+    pub fn to_json_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("op".into(), Value::from(self.op()));
+        if let Some(from) = &self.from {
+            m.insert("from".into(), Value::from(from.as_str()));
+        }
+        m.insert("path".into(), Value::from(self.path.as_str()));
+        if let Some(v) = &self.value {
+            m.insert("value".into(), v.clone());
+        }
+        Value::Object(m)
+    }
+
+    /// Reads an operation in the Cosmos REST shape (see [`PatchOp::to_json_value`]).
+    ///
+    /// # Errors
+    /// 400 for an unknown `op`, a missing `path`, a missing `value` (add, set, replace, incr)
+    /// or `from` (move).
+    pub fn from_json_value(v: &Value) -> Result<Self> {
+        let field = |name: &str| v.get(name).and_then(Value::as_str);
+        let path = field("path").ok_or_else(|| bad("a patch operation needs a string 'path'"))?;
+        let value = || {
+            v.get("value")
+                .cloned()
+                .ok_or_else(|| bad(format!("patch operation at '{path}' needs a 'value'")))
+        };
+        Ok(match field("op") {
+            Some("add") => Self::add(path, value()?),
+            Some("set") => Self::set(path, value()?),
+            Some("replace") => Self::replace(path, value()?),
+            Some("remove") => Self::remove(path),
+            Some("incr") => Self::incr(path, value()?),
+            Some("move") => Self::move_from(
+                field("from").ok_or_else(|| bad("a move needs a string 'from'"))?,
+                path,
+            ),
+            other => {
+                return Err(bad(format!(
+                    "unknown patch operation {}",
+                    other.map_or_else(|| "(none)".to_string(), |o| format!("'{o}'"))
+                )))
+            }
+        })
+    }
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -577,6 +625,29 @@ mod tests {
         assert!(parse_pointer("/").is_err());
         assert!(parse_pointer("/a~2").is_err());
         assert!(parse_pointer("/a~").is_err());
+    }
+
+    #[test]
+    fn rest_shape_round_trips() -> Result<()> {
+        let ops = [
+            PatchOp::add("/a", 1),
+            PatchOp::set("/b", json!({"x": [1]})),
+            PatchOp::replace("/c", "s"),
+            PatchOp::remove("/d"),
+            PatchOp::incr("/e", -2.5),
+            PatchOp::move_from("/f", "/g"),
+        ];
+        for op in ops {
+            assert_eq!(PatchOp::from_json_value(&op.to_json_value())?, op);
+        }
+        assert_eq!(
+            PatchOp::move_from("/f", "/g").to_json_value(),
+            json!({"op": "move", "from": "/f", "path": "/g"})
+        );
+        for bad in [json!({"op": "copy", "path": "/a"}), json!({"op": "add", "path": "/a"}), json!({"op": "move", "path": "/a"}), json!({"op": "remove"})] {
+            assert!(PatchOp::from_json_value(&bad).is_err(), "{bad}");
+        }
+        Ok(())
     }
 
     #[test]
