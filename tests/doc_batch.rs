@@ -1,7 +1,7 @@
 //! `docs/contract.md` §8, transactional batch: statuses of every operation, each operation
 //! seeing the ones before it, 424s and nothing written on failure, whole-batch errors, all or
 //! nothing for concurrent readers (point reads, iterators, queries, counts in a tight loop)
-//! and for a crash at every byte of the batch's records.
+//! and for a crash at every byte of the batch's records; random batches against a model of the rules.
 
 mod common;
 
@@ -536,4 +536,195 @@ fn a_crash_at_every_byte_of_the_batch_keeps_all_or_nothing() -> TestResult {
     }
     assert!(seen[0] > 200, "{seen:?}");
     Ok(())
+}
+
+mod model {
+    //! Random batches against a reference model of the batch rules: statuses (with 424s),
+    //! and the container's contents after each batch (nothing of a failed one), with TTL
+    //! expiry and reopen in between.
+
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use ebbdb::clock::{Clock, ManualClock};
+    use ebbdb::{
+        ContainerProperties, Database, DefaultTtl, Options, PatchOp, SyncPolicy, TransactionalBatch,
+    };
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    #[derive(Debug, Clone)]
+    enum BOp {
+        Create(u8),
+        Upsert(u8),
+        Replace(u8),
+        Delete(u8),
+        Read(u8),
+        Incr(u8),
+        BadPatch(u8),
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Batch(Vec<BOp>),
+        Advance(u8),
+        Reopen,
+    }
+
+    fn bop() -> impl Strategy<Value = BOp> {
+        let id = 0u8..5;
+        prop_oneof![
+            3 => id.clone().prop_map(BOp::Create),
+            2 => id.clone().prop_map(BOp::Upsert),
+            2 => id.clone().prop_map(BOp::Replace),
+            2 => id.clone().prop_map(BOp::Delete),
+            2 => id.clone().prop_map(BOp::Read),
+            3 => id.clone().prop_map(BOp::Incr),
+            1 => id.prop_map(BOp::BadPatch),
+        ]
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            6 => proptest::collection::vec(bop(), 1..8).prop_map(Step::Batch),
+            2 => (1u8..4).prop_map(Step::Advance),
+            1 => Just(Step::Reopen),
+        ]
+    }
+
+    /// id → (n, expires at second)
+    type Model = BTreeMap<String, (i64, u64)>;
+
+    /// The statuses the rules give, and the model after the batch (unchanged on failure).
+    fn expect(model: &Model, ops: &[BOp], now: u64) -> (Vec<u16>, Model) {
+        let mut m: Model = model
+            .iter()
+            .filter(|(_, (_, exp))| *exp > now)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        let mut statuses = Vec::new();
+        for op in ops {
+            let status = match op {
+                BOp::Create(i) => match m.entry(format!("k{i}")) {
+                    std::collections::btree_map::Entry::Occupied(_) => 409,
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert((0, now + 10));
+                        201
+                    }
+                },
+                BOp::Upsert(i) => {
+                    let old = m.insert(format!("k{i}"), (0, now + 10));
+                    if old.is_some() {
+                        200
+                    } else {
+                        201
+                    }
+                }
+                BOp::Replace(i) => match m.get_mut(&format!("k{i}")) {
+                    Some(v) => {
+                        *v = (0, now + 10);
+                        200
+                    }
+                    None => 404,
+                },
+                BOp::Delete(i) => {
+                    if m.remove(&format!("k{i}")).is_some() {
+                        204
+                    } else {
+                        404
+                    }
+                }
+                BOp::Read(i) => {
+                    if m.contains_key(&format!("k{i}")) {
+                        200
+                    } else {
+                        404
+                    }
+                }
+                BOp::Incr(i) => match m.get_mut(&format!("k{i}")) {
+                    Some(v) => {
+                        *v = (v.0 + 1, now + 10);
+                        200
+                    }
+                    None => 404,
+                },
+                BOp::BadPatch(i) => {
+                    if m.contains_key(&format!("k{i}")) {
+                        400
+                    } else {
+                        404
+                    }
+                }
+            };
+            if status >= 400 {
+                let at = statuses.len();
+                let all = (0..ops.len())
+                    .map(|j| if j == at { status } else { 424 })
+                    .collect();
+                return (all, model.clone());
+            }
+            statuses.push(status);
+        }
+        (statuses, m)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn batches_follow_the_rules(steps in proptest::collection::vec(step(), 1..30)) {
+            let dir = tempfile::tempdir().map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let clock = ManualClock::at_unix_secs(super::T0);
+            let opts = || Options::default().clock(clock.clone()).sync(SyncPolicy::Never).segment_size(8 * 1024);
+            let run = || -> Result<(), Box<dyn std::error::Error>> {
+                let mut db = Database::open_with(dir.path(), opts())?;
+                let mut c = db.create_container(ContainerProperties::new("c", "/pk").with_default_ttl(DefaultTtl::Seconds(10)))?;
+                let mut model = Model::new();
+                for s in steps.clone() {
+                    match s {
+                        Step::Batch(ops) => {
+                            let now = clock.now_unix_millis() / 1000;
+                            let mut b = TransactionalBatch::new("p");
+                            for op in &ops {
+                                match op {
+                                    BOp::Create(i) => b.create_item(&json!({"id": format!("k{i}"), "pk": "p", "n": 0})),
+                                    BOp::Upsert(i) => b.upsert_item(&json!({"id": format!("k{i}"), "pk": "p", "n": 0})),
+                                    BOp::Replace(i) => b.replace_item(&format!("k{i}"), &json!({"id": format!("k{i}"), "pk": "p", "n": 0})),
+                                    BOp::Delete(i) => b.delete_item(&format!("k{i}")),
+                                    BOp::Read(i) => b.read_item(&format!("k{i}")),
+                                    BOp::Incr(i) => b.patch_item(&format!("k{i}"), &[PatchOp::incr("/n", 1)]),
+                                    BOp::BadPatch(i) => b.patch_item(&format!("k{i}"), &[PatchOp::remove("/missing")]),
+                                };
+                            }
+                            let r = c.execute_batch(&b)?;
+                            let (want, after) = expect(&model, &ops, now);
+                            let got: Vec<u16> = r.results.iter().map(|x| x.status_code).collect();
+                            assert_eq!(got, want, "{ops:?}");
+                            model = after;
+                        }
+                        Step::Advance(n) => clock.advance(Duration::from_secs(u64::from(n))),
+                        Step::Reopen => {
+                            drop(c);
+                            drop(db);
+                            db = Database::open_with(dir.path(), opts())?;
+                            c = db.container("c")?;
+                        }
+                    }
+                    let now = clock.now_unix_millis() / 1000;
+                    let got: BTreeMap<String, i64> = c
+                        .items()?
+                        .map(|v| v.map(|v: Value| (v["id"].as_str().unwrap_or("").to_string(), v["n"].as_i64().unwrap_or(-1))))
+                        .collect::<ebbdb::Result<_>>()?;
+                    let want: BTreeMap<String, i64> = model
+                        .iter()
+                        .filter(|(_, (_, exp))| *exp > now)
+                        .map(|(k, (n, _))| (k.clone(), *n))
+                        .collect();
+                    assert_eq!(got, want);
+                }
+                Ok(())
+            };
+            run().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+    }
 }
