@@ -8,7 +8,8 @@
 //!
 //! Two layers:
 //! - [`Database`] / [`Container`]: Azure Cosmos DB–style JSON documents with `defaultTtl`,
-//!   per-item `ttl`, `_ts` and `_etag`.
+//!   per-item `ttl`, `_ts` and `_etag`; queries, patch ([`PatchOp`]), transactional batches
+//!   ([`TransactionalBatch`]) and a change feed ([`ChangeFeedOptions`]).
 //! - [`Store`] / [`Keyspace`]: the byte key-value engine underneath, with the same TTL rules.
 //!
 //! The storage machinery (segment files, mappings, the key directory, compaction, the timer

@@ -327,6 +327,34 @@ fn continuation_resumes_exactly_across_reopen_and_compaction() -> TestResult {
 }
 
 #[test]
+fn continuation_resumes_after_a_crash() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::at_unix_secs(T0);
+    let durable = || {
+        Options::default()
+            .clock(clock.clone())
+            .sync(SyncPolicy::Always)
+    };
+    let token;
+    {
+        let db = Database::open_with(dir.path(), durable())?;
+        let c = db.create_container(ContainerProperties::new("c", "/pk"))?;
+        c.create_item(&json!({"id": "a", "pk": "p"}))?;
+        token = c
+            .read_change_feed(&ChangeFeedOptions::default())?
+            .continuation;
+        c.create_item(&json!({"id": "b", "pk": "p"}))?;
+        c.upsert_item(&json!({"id": "a", "pk": "p", "v": 2}))?;
+        db.store().simulate_crash();
+    }
+    let db = Database::open_with(dir.path(), durable())?;
+    let c = db.container("c")?;
+    c.create_item(&json!({"id": "c", "pk": "p"}))?;
+    assert_eq!(ids(&drain(&c, &token, 2)?.0), ["b", "a", "c"]);
+    Ok(())
+}
+
+#[test]
 fn concurrent_writers_every_final_version_once_in_lsn_order() -> TestResult {
     let e = env()?;
     let mut token =

@@ -10,7 +10,7 @@
 //!
 //! Writes of the document layer (create, upsert, replace, delete, patch, batch) signal a
 //! [`ChangeSignal`] shared by the database's handles; a waiting iterator wakes on it (and
-//! re-polls every [`POLL`] in any case).
+//! re-polls every 200 ms in any case).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use super::stored;
 use crate::error::{Error, Result};
 
 /// How often a waiting [`ChangeFeedIter`] polls even without a signal.
-pub const POLL: Duration = Duration::from_millis(200);
+pub(crate) const POLL: Duration = Duration::from_millis(200);
 
 /// Where a change feed starts.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -273,7 +273,7 @@ impl Container {
 
     /// A blocking iterator over the change feed from `opts.start`: it returns changes as
     /// they come and waits (woken by writes of this database's handles, and every
-    /// [`POLL`]) when there are none.
+    /// 200 ms) when there are none.
     ///
     /// # Errors
     /// As [`Container::read_change_feed`], for the first page.
