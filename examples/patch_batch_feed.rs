@@ -1,6 +1,7 @@
 //! Speed of issue 12's features, each against what a user would write without it:
 //! - patch (`incr` of one field) vs read + `replace_item_with(if_match)`, same items, same run;
 //! - a transactional batch of 100 upserts vs 100 single upserts, durable (`SyncPolicy::Always`);
+//! - the lag from a write to its arrival on the change feed's push API (real clock);
 //! - change-feed (latest version) read throughput from the beginning over N items.
 //!
 //! Run with: `cargo run --release --example patch_batch_feed` (`EBBDB_FEED_ITEMS`, default
@@ -135,8 +136,58 @@ fn feed_throughput() -> ebbdb::Result<()> {
     Ok(())
 }
 
+/// Lag from a write's call to its arrival on the push API (`into_receiver`), real clock.
+fn push_lag() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let db = Database::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
+    let c = db.create_container(ContainerProperties::new("c", "/pk"))?;
+    let rx = c
+        .change_feed_iter(&ChangeFeedOptions::default().start(ChangeFeedStart::Now))?
+        .into_receiver(4096);
+    let n = 2_000;
+    let start = Instant::now();
+    let writer = {
+        let c = c.clone();
+        std::thread::spawn(move || -> ebbdb::Result<Vec<f64>> {
+            let mut sent = Vec::with_capacity(n);
+            for i in 0..n {
+                sent.push(start.elapsed().as_secs_f64());
+                c.upsert_item(&json!({"id": format!("{i}"), "pk": "p"}))?;
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            Ok(sent)
+        })
+    };
+    let mut arrived = vec![0.0; n];
+    for _ in 0..n {
+        let v = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .map_err(|e| ebbdb::Error::BadRequest(e.to_string()))??;
+        let i: usize = v["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        arrived[i] = start.elapsed().as_secs_f64();
+    }
+    let sent = writer
+        .join()
+        .map_err(|_| ebbdb::Error::BadRequest("writer panicked".into()))??;
+    let mut lags: Vec<f64> = arrived
+        .iter()
+        .zip(&sent)
+        .map(|(a, s)| (a - s).max(0.0))
+        .collect();
+    lags.sort_by(f64::total_cmp);
+    let pct = |p: f64| lags[((lags.len() - 1) as f64 * p) as usize] * 1000.0;
+    println!(
+        "push API lag from a write call (one writer, {n} upserts 0.5 ms apart): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
+    Ok(())
+}
+
 fn main() -> ebbdb::Result<()> {
     patch_vs_replace()?;
     batch_vs_single()?;
+    push_lag()?;
     feed_throughput()
 }
