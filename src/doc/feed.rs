@@ -364,7 +364,8 @@ impl ChangeFeedIter {
     }
 
     /// Moves the iterator to a thread that sends each change (or the error that stops it) on
-    /// a bounded channel; the thread ends when the returned receiver is dropped.
+    /// a bounded channel; the thread ends when the returned receiver is dropped (within 200 ms).
+    /// Until then it holds the container, and so the store, open.
     #[must_use]
     pub fn into_receiver(mut self, capacity: usize) -> ChangeReceiver {
         let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
