@@ -104,7 +104,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         Error::corruption(dir.join("MANIFEST"), 0, "manifest names no active segment")
     })?;
     let created_seq = manifest.next_seq.max(loader.max_seq.saturating_add(1));
-    let active = load_active(
+    let mut active = load_active(
         dir,
         active_id,
         clock_state.durable,
@@ -113,6 +113,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         &mut loader,
         &damage,
     )?;
+    if !opts.sync.preallocates() {
+        active = active.without_preallocation();
+    }
 
     // Build the catalogue and the key directories. `now` never goes below a time the engine
     // has durably used: CLOCK, the newest write in the log, the high-water mark of the last
