@@ -207,6 +207,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         segstats.entry(*id).or_default();
     }
     segstats.entry(active.id()).or_default();
+    // Sealed segments without a hint (deferred when the store closed, or never written) are
+    // handed to the worker, which writes each one's hint unless the segment is about to die
+    // whole (`compaction::write_deferred_hints`): otherwise every later open would scan them.
+    let hints_deferred: std::collections::BTreeSet<u32> = sealed
+        .keys()
+        .copied()
+        .filter(|id| !crate::log::hint_path(dir, *id).exists())
+        .collect();
 
     // Counters near their type's end can only come from damaged files (2^62 writes or 2^31
     // files are not reachable); refusing them keeps every later increment from overflowing.
@@ -258,7 +266,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         expirations: AtomicU64::new(0),
         merges: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
-        hints_deferred: Mutex::default(),
+        hints_deferred: Mutex::new(hints_deferred),
         worker: Mutex::new(None),
         worker_error: Mutex::new(super::WorkerErrors::default()),
         merge_crash_at: Mutex::new(None),
