@@ -164,7 +164,7 @@ fn concurrent_reapers_report_each_expired_version_once() -> ebbdb::Result<()> {
                     let mut i = 0u32;
                     while !stop.load(Ordering::Relaxed) {
                         let key = format!("k{}", (i.wrapping_mul(7919) + t) % 3000);
-                        let r = if i % 3 == 0 {
+                        let r = if i.is_multiple_of(3) {
                             ks.put_with_ttl(&key, "v", Ttl::Seconds(1 + i % 2))
                         } else {
                             ks.put(&key, "v")
@@ -259,7 +259,7 @@ fn concurrent_reapers_report_a_single_version_once() -> ebbdb::Result<()> {
                 let mut i = 0u32;
                 while !stop.load(Ordering::Relaxed) {
                     let key = format!("t{t}-{i}");
-                    let r = if i % 3 == 0 {
+                    let r = if i.is_multiple_of(3) {
                         ks.put_with_ttl(&key, "v", Ttl::Seconds(1 + i % 2))
                     } else {
                         ks.put(&key, "v")
