@@ -368,3 +368,50 @@ fn a_deferred_hint_is_written_after_a_reopen_once_the_segment_outlives_its_death
     );
     Ok(())
 }
+
+/// A write takes its `now` before the log mutex. If it waits there (here: a keyspace creation
+/// holds the mutex across a slow manifest fsync) while the clock passes the second in which
+/// the new version's deadline falls and a reaper pass completes (`reaped_upto` = that
+/// second), the version is inserted with a deadline already covered by `reaped_upto`. Closed
+/// before the next pass, the store frees it at open as "already reported": its expiry event is
+/// never published, in either session.
+#[test]
+#[ignore = "known bug, not fixed: a write stamped before a completed reaper pass loses its event across a close"]
+fn a_write_that_waited_for_the_log_mutex_is_not_freed_unreported_at_open() -> ebbdb::Result<()> {
+    use ebbdb::faults;
+
+    let dir = tempfile::tempdir()?;
+    let c = common::clock();
+    let mut reported = 0;
+    let first_session = {
+        let store = Store::open_with(dir.path(), manual_opts(&c))?;
+        let events = store.subscribe_expirations();
+        let ks = store.create_keyspace("ks", DefaultTtl::Seconds(1))?;
+        faults::stall_syncs(dir.path(), Duration::from_millis(1200));
+        std::thread::scope(|s| -> ebbdb::Result<()> {
+            let creator = s.spawn(|| store.create_keyspace("other", DefaultTtl::Off).map(|_| ()));
+            std::thread::sleep(Duration::from_millis(300)); // it holds the log mutex now
+            let writer = s.spawn(|| ks.put("k", "v")); // takes now = T0, then waits
+            std::thread::sleep(Duration::from_millis(300));
+            c.advance(Duration::from_secs(1));
+            store.maintain()?; // complete at T0 + 1: reaped_upto = T0 + 1
+            creator.join().expect("creator")?;
+            writer.join().expect("writer")?;
+            Ok(())
+        })?;
+        faults::stall_syncs(dir.path(), Duration::ZERO);
+        assert_eq!(ks.get("k")?, None, "expired at T0 + 1");
+        reported += events.try_iter().filter(|e| e.key == b"k").count();
+        events
+    };
+    reported += first_session.try_iter().filter(|e| e.key == b"k").count();
+    let store = Store::open_with(dir.path(), manual_opts(&c))?;
+    let events = store.subscribe_expirations();
+    store.maintain()?;
+    reported += events.try_iter().filter(|e| e.key == b"k").count();
+    assert_eq!(
+        reported, 1,
+        "the version of k that expired at T0 + 1 is reported once"
+    );
+    Ok(())
+}
