@@ -415,3 +415,42 @@ fn a_write_that_waited_for_the_log_mutex_is_not_freed_unreported_at_open() -> eb
     );
     Ok(())
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// 04fc8f8 changed the hint sort (fields decoded once, unstable sort): the entries must
+    /// come out in exactly the order of a stable sort by (keyspace, key, newest seq first), the
+    /// order open relies on, and with every field intact.
+    #[test]
+    fn hint_order_is_keyspace_key_newest_first(
+        recs in proptest::collection::vec((1u32..4, proptest::collection::vec(0u8..4, 0..4), any::<bool>()), 0..60)
+    ) {
+        use ebbdb::format::hint::{decode, HintEntry, HintWriter};
+        use ebbdb::format::record::{Kind, Meta};
+        let mut w = HintWriter::new(7);
+        let mut want = Vec::new();
+        for (i, (ks, key, tomb)) in recs.into_iter().enumerate() {
+            // Unique sequence numbers, in no particular order.
+            let seq = (i as u64 * 7919) % 1009 + 1;
+            let meta = Meta {
+                kind: if tomb { Kind::Tombstone } else { Kind::Put },
+                flags: 0,
+                keyspace: ks,
+                ttl: ItemTtl::Inherit,
+                seq,
+                write_ms: 1_000 * seq,
+            };
+            let offset = 32 + 50 * i as u32;
+            w.add(&meta, &key, offset, 50);
+            want.push(HintEntry { meta, offset, len: 50, key });
+        }
+        want.sort_by(|a, b| {
+            a.meta.keyspace.cmp(&b.meta.keyspace)
+                .then(a.key.cmp(&b.key))
+                .then(b.meta.seq.cmp(&a.meta.seq))
+        });
+        let got = decode(&w.finish(), 7).expect("valid hint");
+        prop_assert_eq!(got, want);
+    }
+}
