@@ -259,6 +259,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             reaped_upto: clock_state.reaped_upto,
             due: std::collections::VecDeque::new(),
             in_flight: 0,
+            published_through: 0,
         }),
         reap_backlog: AtomicU64::new(0),
         handled_through: AtomicU64::new(now.saturating_sub(1)),
