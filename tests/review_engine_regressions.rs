@@ -322,12 +322,10 @@ fn hint_files(dir: &std::path::Path) -> usize {
 }
 
 /// fd8a2a4 says a deferred hint is "written only if the segment outlives its expected death".
-/// The set of deferred segments lives in memory only and open queues no hint: a segment whose
-/// hint was deferred when the store closed never gets one, however long it lives (every later
-/// open scans it). Not a correctness problem (a missing hint is never an error), so ignored:
-/// it documents the gap.
+/// The set of deferred segments lived in memory only and open queued no hint: a segment whose
+/// hint was deferred when the store closed never got one, however long it lived (every later
+/// open scanned it). Open now hands every hintless sealed segment to the worker.
 #[test]
-#[ignore = "known gap: deferred hints are forgotten at close (open cost only)"]
 fn a_deferred_hint_is_written_after_a_reopen_once_the_segment_outlives_its_death(
 ) -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -372,11 +370,11 @@ fn a_deferred_hint_is_written_after_a_reopen_once_the_segment_outlives_its_death
 /// A write takes its `now` before the log mutex. If it waits there (here: a keyspace creation
 /// holds the mutex across a slow manifest fsync) while the clock passes the second in which
 /// the new version's deadline falls and a reaper pass completes (`reaped_upto` = that
-/// second), the version is inserted with a deadline already covered by `reaped_upto`. Closed
-/// before the next pass, the store frees it at open as "already reported": its expiry event is
-/// never published, in either session.
+/// second), the version was inserted with a deadline already covered by `reaped_upto`. Closed
+/// before the next pass, the store freed it at open as "already reported": its expiry event
+/// was never published, in either session. The write now sees that under the wheel's lock and
+/// reports the version itself ("expired on arrival", DESIGN.md §11).
 #[test]
-#[ignore = "known bug, not fixed: a write stamped before a completed reaper pass loses its event across a close"]
 fn a_write_that_waited_for_the_log_mutex_is_not_freed_unreported_at_open() -> ebbdb::Result<()> {
     use ebbdb::faults;
 

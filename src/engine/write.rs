@@ -401,9 +401,30 @@ impl Inner {
                     Entry_::Occupied(o) => o.get().timer,
                     Entry_::Vacant(_) => TimerHandle::NONE,
                 };
-                let old = if kind == Kind::Put {
-                    let ts = WriteSecs::saturating(meta.ts());
-                    let deadline = ttl::expires_at(ts.get(), own, history);
+                let ts = WriteSecs::saturating(meta.ts());
+                let deadline = if kind == Kind::Put {
+                    ttl::expires_at(ts.get(), own, history)
+                } else {
+                    ttl::NEVER
+                };
+                // Expired on arrival: the write's instant was taken before the log mutex, and
+                // while it waited a reaper pass completed past this version's deadline
+                // (`reaped_upto`, under the wheel's lock, which is held from here on). No timer
+                // armed now would be reported before that watermark frees the version at the
+                // next open, so the write reports it itself and keeps it out of the key
+                // directory (reads at that instant see it expired anyway).
+                let arrived_expired = deadline != ttl::NEVER
+                    && deadline <= expiry.get_or_insert_with(|| self.expiry.lock()).reaped_upto;
+                if arrived_expired {
+                    superseded_expired.push((
+                        Arc::clone(&op.ks),
+                        op.key.clone(),
+                        deadline,
+                        file,
+                        len as u64,
+                    ));
+                }
+                let old = if kind == Kind::Put && !arrived_expired {
                     added.dies_by = added.dies_by.max(deadline);
                     let timer = if deadline == ttl::NEVER {
                         if old_timer != TimerHandle::NONE {
