@@ -48,8 +48,10 @@ mod options;
 mod scans;
 mod stats;
 hooked_mod!(ttl);
+mod verify;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use doc::BulkCreate;
 pub use doc::{
     Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,
     Query, QueryOptions, QueryPage, QueryResults,
@@ -64,3 +66,4 @@ pub use options::{
 };
 pub use stats::{CompactionReport, SegmentStats, Stats};
 pub use ttl::{DefaultTtl, Ttl};
+pub use verify::{verify, verify_with_progress, Finding, VerifyReport};

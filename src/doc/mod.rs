@@ -25,3 +25,4 @@ pub use database::Database;
 pub use partition::PartitionKey;
 pub use properties::{ContainerProperties, IndexingMode};
 pub use query::{Query, QueryOptions};
+pub use container::BulkCreate;
