@@ -111,7 +111,7 @@ pub fn verify(dir: &Path, json: bool) -> Result<(), Failure> {
         Err(Failure::new(
             fail::CORRUPT,
             format!(
-                "{} found corruption in {}",
+                "verify found {} problems in {} (listed above)",
                 report.problems.len(),
                 dir.display()
             ),
