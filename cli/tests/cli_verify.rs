@@ -142,7 +142,10 @@ fn a_zeroed_page_is_reported_with_file_and_offset() {
     assert!(!offs.is_empty(), "{out}");
     assert!((3000..=4096).contains(&offs[0]), "{out}");
     // The hint still lists the records that are gone: the key directory disagrees with the log.
-    assert!(out.contains("has no entry") || out.contains("does not hold"), "{out}");
+    assert!(
+        out.contains("has no entry") || out.contains("does not hold"),
+        "{out}"
+    );
 }
 
 #[test]
