@@ -82,6 +82,14 @@ impl Container {
             }
         }
         if !refused.is_empty() {
+            // Nothing is written: name the live ids among the valid items too (a plain read
+            // suffices, as no write depends on it), so one call reports every refusal.
+            for ((i, id), (key, _, _)) in index.iter().zip(&puts) {
+                if self.ks.contains_key(key)? {
+                    refused.push((*i, Error::Conflict(format!("item '{id}' already exists"))));
+                }
+            }
+            refused.sort_by_key(|(i, _)| *i);
             return Ok(BulkCreate::Refused(refused));
         }
         if puts.is_empty() {
