@@ -176,3 +176,45 @@ fn damage_in_the_active_segment_and_a_foreign_segment_are_reported() {
     assert_eq!(code, Some(6), "{out}");
     assert_eq!(offsets_for(&out, &foreign), vec![0], "{out}");
 }
+
+#[test]
+fn commands_that_open_a_damaged_directory_name_the_file_and_offset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    common::fixture(dir.path());
+    // The fixture has one segment, the active one; damage its first record (below the
+    // durable point that closing recorded, with good records after it).
+    let seg = dir.path().join("0000000001.seg");
+    let mut b = std::fs::read(&seg).expect("read");
+    b[45] ^= 0x01;
+    std::fs::write(&seg, &b).expect("write");
+    let before = snapshot(dir.path());
+    for args in [vec!["stats"], vec!["containers"], vec!["scan", "raw"]] {
+        let out = ebbdb_at(T0 + 10)
+            .arg(args[0])
+            .arg(dir.path())
+            .args(&args[1..])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(6), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("corruption in {} at offset 32", seg.display())),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "a refused open changed nothing"
+    );
+
+    // A damaged MANIFEST: verify reports it (it cannot go further) and fails.
+    let manifest = dir.path().join("MANIFEST");
+    let mut m = std::fs::read(&manifest).expect("read");
+    let last = m.len() - 1;
+    m[last] ^= 0x20;
+    std::fs::write(&manifest, &m).expect("write");
+    let (code, out) = verify(dir.path(), false);
+    assert_eq!(code, Some(6), "{out}");
+    assert_eq!(offsets_for(&out, &manifest), vec![0], "{out}");
+}
