@@ -113,9 +113,23 @@ impl VerifyReport {
     }
 }
 
-/// Checks every record, hint and CRC of the database in `dir` without changing anything (see
-/// the module note for the list of checks). Corruption is reported in the returned
-/// [`VerifyReport`], not as an error.
+/// Checks every record, hint and CRC of the database in `dir` without changing anything.
+/// Corruption is reported in the returned [`VerifyReport`] (each problem with its file and
+/// offset), not as an error.
+///
+/// It reads every record of every segment the manifest lists (also sealed segments that have a
+/// hint, which opening would not scan), checks each hint against its segment entry by entry
+/// (so the key directory opening builds from hints is the one the log gives), and checks the
+/// manifest, segment lengths and headers, keyspace ids, unique sequence numbers, and files the
+/// manifest does not account for. An unfinished write at the end of the active segment (past
+/// the durable point in `CLOCK`), which opening cuts, is a note, not a problem.
+///
+/// It never modifies the directory: files are opened read-only and read (not mapped), nothing
+/// is created or deleted. It holds the directory lock for the whole run, opening `LOCK`
+/// without creating it, so a database that a [`Store`](crate::Store) or
+/// [`Database`](crate::Database) has open (in this or another process) is
+/// [`Error::Locked`] at once, never a wait; a directory without a `LOCK` file is read
+/// unlocked. Each segment is read into memory whole, one at a time.
 ///
 /// ```
 /// use ebbdb::{DefaultTtl, Store};
