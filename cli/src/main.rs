@@ -219,7 +219,8 @@ enum Command {
 /// How a partition key argument is read.
 #[derive(Debug, Clone, Copy, clap::Args)]
 struct PkKind {
-    /// Read the partition key as JSON: `5`, `true`, `null`, `'"5"'` (default: a string).
+    /// Read the partition key as JSON: `5`, `true`, `null`, `'"5"'`, or `undefined` for items
+    /// without a partition key value (default: the argument is a string).
     #[arg(long)]
     pk_json: bool,
 }

@@ -74,10 +74,13 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 /// A partition key argument: a string, or (with `--pk-json`) a JSON string, number, bool or
-/// null.
+/// null, or `undefined` for the items that have no value at the partition key path.
 pub fn partition_key(arg: &str, json: bool) -> Result<PartitionKey, Failure> {
     if !json {
         return Ok(PartitionKey::from(arg));
+    }
+    if arg == "undefined" {
+        return Ok(PartitionKey::UNDEFINED);
     }
     let v: Value = serde_json::from_str(arg).map_err(|e| {
         Failure::new(

@@ -138,6 +138,24 @@ fn get_put_delete() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(3));
+    // An item without a partition key value is in the "undefined" partition.
+    let out = ebbdb_at(T0 + 100)
+        .arg("put")
+        .arg(d)
+        .args(["orders", "-"])
+        .write_stdin("{\"id\": \"U\"}")
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (pk, found) in [("undefined", true), ("null", false)] {
+        let out = ebbdb_at(T0 + 100)
+            .arg("get")
+            .arg(d)
+            .args(["orders", pk, "U", "--pk-json"])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.success(), found, "{pk}: {}", stderr(&out));
+    }
 
     // Expired: 404, exit 3.
     let out = ebbdb_at(T0 + 100)
