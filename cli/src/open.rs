@@ -1,5 +1,5 @@
 //! Opening a database directory for a command: refuses to create one by accident (only
-//! `import` may create a database), maps "locked" to its own exit code (the library's lock is
+//! `import` may create a database, in a new or empty directory), maps "locked" to its own exit code (the library's lock is
 //! a non-blocking try, so this never waits), and applies the testing clock
 //! `EBBDB_NOW_UNIX_MS` when it is set.
 
@@ -59,7 +59,22 @@ pub fn database(dir: &Path) -> Result<Database, Failure> {
     Ok(Database::open_with(dir, options()?)?)
 }
 
-/// Opens the document layer, creating the database if `dir` has none.
+/// Opens the document layer, creating the database if `dir` does not exist or is empty. A
+/// directory that holds other files but no database is refused, so a mistyped path never
+/// gets database files written into it.
 pub fn database_or_create(dir: &Path) -> Result<Database, Failure> {
+    if dir.exists() && !dir.join("MANIFEST").is_file() {
+        let mut entries = std::fs::read_dir(dir).map_err(|e| fail::io(dir.display(), e))?;
+        if entries.next().is_some() {
+            return Err(Failure::new(
+                fail::NOT_FOUND,
+                format!(
+                    "{} is not empty and holds no ebbdb database (no MANIFEST file); name a \
+                     new or empty directory",
+                    dir.display()
+                ),
+            ));
+        }
+    }
     Ok(Database::open_with(dir, options()?)?)
 }

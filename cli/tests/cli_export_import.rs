@@ -317,6 +317,18 @@ fn import_reports_bad_items_by_number_and_imports_the_rest() {
     // A file needs --container.
     let out = import(&db, &file, T0 + 100, &[]);
     assert_eq!(out.status.code(), Some(4));
+    // A directory with other files in it is not made into a database.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).expect("mkdir");
+    std::fs::write(other.join("notes.txt"), "mine").expect("write");
+    let out = import(&other, &file, T0 + 100, &["--container", "orders"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("holds no ebbdb database"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_dir(&other).expect("ls").count(), 1);
 }
 
 #[test]
