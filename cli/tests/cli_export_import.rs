@@ -57,6 +57,7 @@ fn without_ttl(mut v: Value) -> Value {
 
 #[test]
 fn export_writes_arrays_with_remaining_ttl_and_skips_expired_items() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("db");
     fixture(&db);
@@ -135,6 +136,7 @@ fn export_writes_arrays_with_remaining_ttl_and_skips_expired_items() {
 
 #[test]
 fn round_trip_keeps_ids_keys_bodies_and_remaining_ttl() {
+    let _serial = common::serial();
     for ndjson in [false, true] {
         let dir = tempfile::tempdir().expect("tempdir");
         let src = dir.path().join("src");
@@ -218,6 +220,7 @@ fn array_file(path: &Path, items: &[String]) {
 
 #[test]
 fn import_reports_bad_items_by_number_and_imports_the_rest() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("db");
     fixture(&db);
@@ -333,6 +336,7 @@ fn import_reports_bad_items_by_number_and_imports_the_rest() {
 
 #[test]
 fn on_error_stop_writes_whole_batches_only() {
+    let _serial = common::serial();
     let items: Vec<String> = (1..=3)
         .map(|i| format!(r#"{{"id": "s{i}", "customerId": "S"}}"#))
         .chain([r#"{"id": "s4", "customerId": "S", "ttl": 1.5}"#.to_string()])

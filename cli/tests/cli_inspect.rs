@@ -14,6 +14,7 @@ fn json_lines(out: &std::process::Output) -> Vec<Value> {
 
 #[test]
 fn help_lists_commands_and_exit_codes() {
+    let _serial = common::serial();
     let out = ebbdb_at(T0).arg("--help").output().expect("run");
     assert!(out.status.success());
     let text = stdout(&out);
@@ -40,6 +41,7 @@ fn help_lists_commands_and_exit_codes() {
 
 #[test]
 fn stats_and_containers() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     fixture(dir.path());
     let out = ebbdb_at(T0 + 100)
@@ -108,6 +110,7 @@ fn stats_and_containers() {
 
 #[test]
 fn get_put_delete() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     fixture(dir.path());
     let d = dir.path();
@@ -233,6 +236,7 @@ fn get_put_delete() {
 
 #[test]
 fn query_lines_table_params_partition_and_errors() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     fixture(dir.path());
     let d = dir.path();
@@ -312,6 +316,7 @@ fn query_lines_table_params_partition_and_errors() {
 
 #[test]
 fn scan_prints_bytes_safely() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     fixture(dir.path());
     let d = dir.path();
@@ -373,6 +378,7 @@ fn scan_prints_bytes_safely() {
 
 #[test]
 fn compact_full_purges_expired_records() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     fixture(dir.path());
     let out = ebbdb_at(T0 + 4000)
@@ -406,6 +412,7 @@ fn compact_full_purges_expired_records() {
 
 #[test]
 fn missing_database_serve_and_lock() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).expect("mkdir");

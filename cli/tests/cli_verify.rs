@@ -77,6 +77,7 @@ fn offsets_for(report: &str, file: &Path) -> Vec<u64> {
 
 #[test]
 fn a_healthy_database_verifies_clean() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     hinted_database(dir.path());
     let (code, out) = verify(dir.path(), false);
@@ -95,6 +96,7 @@ fn a_healthy_database_verifies_clean() {
 
 #[test]
 fn a_flipped_byte_in_a_segment_is_reported_with_file_and_offset() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     hinted_database(dir.path());
     let (seg, _) = hinted_segment(dir.path(), 4096);
@@ -116,6 +118,7 @@ fn a_flipped_byte_in_a_segment_is_reported_with_file_and_offset() {
 
 #[test]
 fn a_truncated_hint_is_reported() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     hinted_database(dir.path());
     let (_, hint) = hinted_segment(dir.path(), 0);
@@ -130,6 +133,7 @@ fn a_truncated_hint_is_reported() {
 
 #[test]
 fn a_zeroed_page_is_reported_with_file_and_offset() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     hinted_database(dir.path());
     let (seg, _) = hinted_segment(dir.path(), 3 * 4096);
@@ -150,6 +154,7 @@ fn a_zeroed_page_is_reported_with_file_and_offset() {
 
 #[test]
 fn damage_in_the_active_segment_and_a_foreign_segment_are_reported() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     hinted_database(dir.path());
     // The active segment is the highest-numbered .seg; flip a byte in its first record.
@@ -179,6 +184,7 @@ fn damage_in_the_active_segment_and_a_foreign_segment_are_reported() {
 
 #[test]
 fn commands_that_open_a_damaged_directory_name_the_file_and_offset() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().expect("tempdir");
     common::fixture(dir.path());
     // The fixture has one segment, the active one; damage its first record (below the

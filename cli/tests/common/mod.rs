@@ -11,6 +11,16 @@ use ebbdb::clock::ManualClock;
 use ebbdb::{ContainerProperties, Database, DefaultTtl, Options, SyncPolicy, Ttl};
 use serde_json::{json, Value};
 
+/// Serialises the tests of one test binary. The directory lock is an `flock` on an open file:
+/// a child process that another test thread is starting inherits a copy of every open file
+/// until it `exec`s, so a database this process just closed can still read as locked for that
+/// instant (and the `ebbdb` child then exits with code 5). Tests hold this for their whole run.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The fixture's write instant (Unix seconds).
 pub const T0: u64 = 1_700_000_000;
 
