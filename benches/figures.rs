@@ -98,6 +98,16 @@ fn main() -> ebbdb::Result<()> {
             rate(n, t.elapsed())
         );
         let t = Instant::now();
+        let mut bytes = 0usize;
+        for &i in &idx {
+            bytes += ks.get_with(ks_bytes[i], <[u8]>::len)?.unwrap_or(0);
+        }
+        assert_eq!(bytes, n * value.len());
+        println!(
+            "get_with (zero-copy, same keys)         {}",
+            rate(n, t.elapsed())
+        );
+        let t = Instant::now();
         let scanned = ks.iter().filter(Result::is_ok).count();
         assert_eq!(scanned, n);
         println!(

@@ -17,6 +17,9 @@ use parking_lot::RwLock;
 use crate::expiry::wheel::TimerHandle;
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
+mod census;
+pub use census::{Census, Count};
+
 /// A key as stored in the key directory: keys up to 16 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
 /// several cache misses per tree level).
@@ -93,6 +96,9 @@ impl Entry {
 pub struct KeyspaceState {
     /// Key → newest record.
     pub map: BTreeMap<Key, Entry>,
+    /// Counts of `map`'s entries by expiry class, kept in step with every insert and removal
+    /// (so `len()` and `stats()` do not walk `map`).
+    pub census: Census,
     /// Default-TTL settings, oldest first.
     pub history: Vec<TtlChange>,
     /// One past the sequence number of the last write applied to this keyspace: a scan that
@@ -125,6 +131,21 @@ impl KeyspaceState {
     #[must_use]
     pub fn is_live(&self, e: &Entry, now: u64) -> bool {
         !ttl::is_expired(self.expires_at(e), now)
+    }
+
+    /// Live and expired-but-unreaped entries at `now`, from the census (no walk).
+    #[must_use]
+    pub fn count(&self, now: u64) -> Count {
+        self.census.count(now, &self.history)
+    }
+
+    /// Rebuilds the census from `map` (after `map` was built in one go, at open).
+    pub fn recount(&mut self) {
+        let mut census = Census::default();
+        for e in self.map.values() {
+            census.add(e);
+        }
+        self.census = census;
     }
 }
 

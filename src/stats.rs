@@ -21,6 +21,10 @@ pub struct SegStats {
     pub expired_items: u64,
     /// Earliest deadline among those expired records ([`ttl::NEVER`] if none).
     pub oldest_expiry: u64,
+    /// The second by which every record still live in the segment will have expired, under
+    /// the TTL history when each was counted ([`ttl::NEVER`] if some record never expires or
+    /// it is not known). A hint for the policy: a segment about to die whole is not merged.
+    pub dies_by: u64,
 }
 
 impl Default for SegStats {
@@ -32,6 +36,7 @@ impl Default for SegStats {
             expired_bytes: 0,
             expired_items: 0,
             oldest_expiry: ttl::NEVER,
+            dies_by: 0,
         }
     }
 }
@@ -45,6 +50,7 @@ impl SegStats {
         self.expired_bytes += o.expired_bytes;
         self.expired_items += o.expired_items;
         self.oldest_expiry = self.oldest_expiry.min(o.oldest_expiry);
+        self.dies_by = self.dies_by.max(o.dies_by);
     }
 
     /// Records that a record of `len` bytes expired at `at` (its bytes are already dead).
@@ -112,9 +118,12 @@ pub struct Stats {
     pub expirations: u64,
     /// Merges run since open.
     pub merges: u64,
-    /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once it
-    /// passes 65,536, so it stays bounded at any write rate.
+    /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once
+    /// expiry lags the clock by more than two seconds, so it stays bounded at any write rate.
     pub expiry_backlog: u64,
+    /// Sealed segments without a hint file because they are about to die whole (a hint only
+    /// speeds up opening; one is written if the segment outlives its expected death).
+    pub hints_deferred: usize,
     /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
     /// deadline, however often keys are rewritten.
     pub timers_armed: usize,
@@ -176,18 +185,12 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     let mut oldest = ttl::NEVER;
     let cores: Vec<_> = inner.catalog.read().by_id.values().cloned().collect();
     for core in cores {
-        let s = core.state.read();
-        for e in s.map.values() {
-            let at = s.expires_at(e);
-            if ttl::is_expired(at, now) {
-                st.expired_items += 1;
-                st.expired_bytes += u64::from(e.len);
-                oldest = oldest.min(at);
-            } else {
-                st.live_items += 1;
-                st.live_bytes += u64::from(e.len);
-            }
-        }
+        let count = core.state.read().count(now);
+        st.live_items += count.live.items;
+        st.live_bytes += count.live.bytes;
+        st.expired_items += count.expired.items;
+        st.expired_bytes += count.expired.bytes;
+        oldest = oldest.min(count.oldest_expired);
     }
     {
         let log = inner.log.lock();
@@ -229,6 +232,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     st.expirations = inner.expirations.load(Ordering::Relaxed);
     st.merges = inner.merges.load(Ordering::Relaxed);
     st.timers_armed = inner.expiry.lock().wheel.len();
+    st.hints_deferred = inner.hints_deferred.lock().len();
     st.expiry_backlog = inner.reap_backlog.load(Ordering::Relaxed);
     {
         let w = inner.worker_error.lock();

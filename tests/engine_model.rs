@@ -77,6 +77,12 @@ fn check(ks: &Keyspace, model: &Model) -> ebbdb::Result<()> {
     assert_eq!(ks.len()?, want.len(), "len");
     for k in 0..8u8 {
         assert_eq!(ks.get(key(k))?, want.get(&key(k)).cloned(), "get {k}");
+        // The zero-copy read sees the same value (from the mapping or the unflushed tail).
+        assert_eq!(
+            ks.get_with(key(k), <[u8]>::to_vec)?,
+            want.get(&key(k)).cloned(),
+            "get_with {k}"
+        );
     }
     let range: Vec<Vec<u8>> = ks
         .range(key(2)..key(5))
@@ -158,6 +164,16 @@ fn run(ops: &[Op]) -> ebbdb::Result<()> {
             }
         }
         check(&ks, &model)?;
+        // len() and stats() come from the census; it must agree with the key directory and
+        // with the model after every operation.
+        if let Err(e) = store.check_census() {
+            panic!("after {op:?}: {e}");
+        }
+        assert_eq!(
+            store.stats().live_items,
+            model.live().len() as u64,
+            "stats().live_items"
+        );
     }
     Ok(())
 }

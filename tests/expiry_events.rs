@@ -126,3 +126,65 @@ fn worker_reaps_with_the_real_clock() -> ebbdb::Result<()> {
     assert_eq!(ks.get("a")?, None);
     Ok(())
 }
+
+/// Expiry is not held up by a merge: while a background merge is paused (on the worker
+/// thread), a key with a 1 s TTL still expires and its event arrives. Before the reaper had a
+/// thread of its own, the worker reaped between merges, so a long merge delayed every expiry.
+#[test]
+fn expiry_events_arrive_while_a_merge_is_running() -> ebbdb::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(
+        dir.path(),
+        Options::default()
+            .sync(SyncPolicy::Never)
+            .segment_size(64 * 1024)
+            .tick_interval(Duration::from_millis(20)),
+    )?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    let short = store.create_keyspace("short", DefaultTtl::Seconds(1))?;
+    for round in 0..2u8 {
+        for i in 0..2000 {
+            ks.put(format!("k{i:05}"), [round; 64])?;
+        }
+    }
+    let events = Arc::new(Mutex::new(store.subscribe_expirations()));
+    let first = Arc::new(AtomicBool::new(true));
+    let (done_tx, done_rx) = mpsc::channel::<Result<Duration, String>>();
+    let done_tx = Mutex::new(done_tx);
+    let (events_in, short_in) = (Arc::clone(&events), short.clone());
+    store.set_merge_observer(Some(Arc::new(move |_step| {
+        if !first.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        // The merge is paused here; expiry must go on without it.
+        let outcome = (|| {
+            let t = Instant::now();
+            short_in.put("session", "v").map_err(|e| e.to_string())?;
+            let rx = events_in.lock().map_err(|_| "poisoned".to_string())?;
+            loop {
+                match rx.recv_timeout(Duration::from_secs(10)) {
+                    Ok(ev) if ev.key == b"session" => return Ok(t.elapsed()),
+                    Ok(_) => {}
+                    Err(_) => return Err("no expiry event within 10 s of a paused merge".into()),
+                }
+            }
+        })();
+        if let Ok(tx) = done_tx.lock() {
+            let _ = tx.send(outcome);
+        }
+    })));
+    store.request_compaction();
+    let outcome = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the background merge ran");
+    store.set_merge_observer(None);
+    // Whole-second deadlines: a 1 s TTL ends at the next whole second after the write.
+    let lag = outcome.map_err(ebbdb::Error::BadRequest)?;
+    assert!(lag <= Duration::from_secs(10), "{lag:?}");
+    assert_eq!(short.get("session")?, None);
+    assert_eq!(ks.get("k00042")?, Some(vec![1u8; 64]));
+    Ok(())
+}

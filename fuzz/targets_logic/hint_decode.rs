@@ -14,7 +14,7 @@ pub fn run(data: &[u8]) {
     for id in [named, 1] {
         if let Ok(entries) = hint::decode(data, id) {
             assert!(
-                entries.len() * 40 + 32 <= data.len(),
+                entries.len() * hint::MIN_ENTRY_LEN + 32 <= data.len(),
                 "more entries than bytes"
             );
             let again = encode(id, &entries);

@@ -45,7 +45,7 @@ use crate::log::segment::Segment;
 use crate::log::{hint_path, segment_path, segment_tmp_path, sync_dir};
 use crate::options::RecoveryMode;
 use crate::stats::{CompactionReport, SegStats};
-use crate::ttl::ItemTtl;
+use crate::ttl::{self, ItemTtl};
 
 use super::policy;
 
@@ -93,7 +93,9 @@ impl Drop for Outputs<'_> {
 }
 
 impl Outputs<'_> {
-    fn place(&mut self, meta: &Meta, key: &[u8], bytes: &[u8]) -> Result<(u32, u32)> {
+    /// Appends a record (a copy with its current `deadline`, or a marker with 0) to the
+    /// current output, starting a new one when it is full.
+    fn place(&mut self, meta: &Meta, key: &[u8], bytes: &[u8], deadline: u64) -> Result<(u32, u32)> {
         let need = bytes.len() as u64;
         let full = self.current.as_ref().is_some_and(|o| {
             o.len > SegmentHeader::LEN && o.len + need > self.inner.opts.segment_size
@@ -149,6 +151,7 @@ impl Outputs<'_> {
         if meta.kind == Kind::Tombstone {
             o.stats.dead += need;
         }
+        o.stats.dies_by = o.stats.dies_by.max(deadline);
         Ok((o.id, offset))
     }
 
@@ -247,6 +250,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
                 .or_insert_with(|| inner.keyspace_by_id(rec.meta.keyspace))
                 .clone();
             let Some(core) = core else { return };
+            let mut deadline = ttl::NEVER;
             let decision = {
                 let st = core.state.read();
                 let current = st.map.get(rec.key);
@@ -259,6 +263,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
                     current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
                 let nothing_older_outside = outside_min > rec.meta.seq;
                 if live {
+                    deadline = current.map_or(ttl::NEVER, |e| st.expires_at(e));
                     Decision::Copy
                 } else if unshadowed || hidden_by_newer || nothing_older_outside {
                     Decision::Drop
@@ -269,7 +274,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             let raw = seg.read(off, len).unwrap_or_default();
             let placed = match decision {
                 Decision::Drop => return,
-                Decision::Copy => outputs.place(&rec.meta, rec.key, raw).map(|to| {
+                Decision::Copy => outputs.place(&rec.meta, rec.key, raw, deadline).map(|to| {
                     report.records_copied += 1;
                     moves.push(Move {
                         ks: Arc::clone(&core),
@@ -292,7 +297,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
                     let mut buf = Vec::with_capacity(record::encoded_len(rec.key.len(), 0));
                     record::encode(&mut buf, &meta, rec.key, &[]);
                     report.markers_written += 1;
-                    outputs.place(&meta, rec.key, &buf).map(|_| ())
+                    outputs.place(&meta, rec.key, &buf, 0).map(|_| ())
                 }
             };
             if let Err(e) = placed {

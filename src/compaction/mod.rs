@@ -21,11 +21,27 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     merge::run(inner, full)
 }
 
-/// Writes the hint file of sealed segment `id` (if it is still published and has none).
+/// Writes the hint file of sealed segment `id` (if it is still published and has none),
+/// unless the segment is about to die whole (`policy::dying_soon`): then it is set aside in
+/// `hints_deferred`, because a hint only speeds up opening and this segment will be dropped
+/// within seconds. Under TTL churn that saves writing (and sorting) a hint of ~40 % of every
+/// segment's size, and the disk space it holds. [`write_deferred_hints`] writes it after all
+/// if the segment outlives its expected death (a default-TTL change moved deadlines later).
 pub(crate) fn write_hint_for(inner: &Inner, id: u32) -> Result<()> {
     let Some(seg) = inner.segments.read().sealed.get(&id).cloned() else {
         return Ok(());
     };
+    let now = inner.now_s();
+    let dying = inner
+        .log
+        .lock()
+        .segstats
+        .get(&id)
+        .is_some_and(|s| policy::dying_soon(s, now));
+    if dying {
+        inner.hints_deferred.lock().insert(id);
+        return Ok(());
+    }
     let path = hint_path(&inner.dir, id);
     if path.exists() || seg.is_damaged() {
         return Ok(());
@@ -52,6 +68,33 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32) -> Result<()> {
         return Ok(());
     }
     write_hint_file(inner, id, w)
+}
+
+/// Writes the hints set aside by [`write_hint_for`] for segments that are no longer about to die
+/// whole, and forgets those of segments that are gone.
+pub(crate) fn write_deferred_hints(inner: &Inner) -> Result<()> {
+    let ids: Vec<u32> = inner.hints_deferred.lock().iter().copied().collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let now = inner.now_s();
+    for id in ids {
+        let published = inner.segments.read().sealed.contains_key(&id);
+        let dying = inner
+            .log
+            .lock()
+            .segstats
+            .get(&id)
+            .is_some_and(|s| policy::dying_soon(s, now));
+        if published && dying {
+            continue;
+        }
+        inner.hints_deferred.lock().remove(&id);
+        if published {
+            write_hint_for(inner, id)?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes a finished hint atomically (tmp, fsync, rename).

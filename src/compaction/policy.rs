@@ -6,6 +6,13 @@
 //! - A segment holding expired bytes whose oldest deadline is older than the maximum
 //!   reclamation lag is merged whatever its dead share, so expired data in cold segments is
 //!   purged within a bound.
+//! - A segment about to die whole (every record still live in it expires within
+//!   [`DYING_HORIZON_SECS`], and none shadows an older version) is left alone: it will be
+//!   dropped unread, and merging it now would copy records only to expire them seconds later.
+//!   Under TTL churn in time order this is the common case, and merging half-dead segments
+//!   was the worker's main cost. The deferral ends [`REAP_GRACE_SECS`] after the segment was
+//!   due to die (a default-TTL change can move its records' deadlines later), and the lag
+//!   bound above still applies.
 
 use std::collections::HashMap;
 
@@ -29,6 +36,24 @@ impl Selection {
     }
 }
 
+/// A segment whose live records all expire within this many seconds is not merged (module
+/// docs). Waiting costs at most this long of its dead bytes on disk; under uniform TTLs a
+/// segment goes from half dead to dead in about half the time its writes took.
+pub const DYING_HORIZON_SECS: u64 = 30;
+
+/// How long past its `dies_by` a segment may wait for the reaper before the ordinary rules
+/// apply again.
+pub const REAP_GRACE_SECS: u64 = 5;
+
+/// True when `s` is about to die whole at `now` and should wait for the drop.
+#[must_use]
+pub fn dying_soon(s: &SegStats, now: u64) -> bool {
+    s.shadowing == 0
+        && s.dies_by != ttl::NEVER
+        && s.dies_by <= now.saturating_add(DYING_HORIZON_SECS)
+        && now <= s.dies_by.saturating_add(REAP_GRACE_SECS)
+}
+
 /// Chooses among `sealed` segments. `full` merges every one that is not dropped.
 #[must_use]
 pub fn select(
@@ -42,14 +67,15 @@ pub fn select(
     let mut sel = Selection::default();
     for &id in sealed {
         let s = stats.get(&id).copied().unwrap_or_default();
+        let overdue =
+            s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now;
         if s.dead >= s.total && s.shadowing == 0 {
             sel.drop.push(id);
-        } else if full
-            || s.dead >= s.total
-            || (s.dead > 0 && s.dead_share() >= dead_ratio)
-            || (s.oldest_expiry != ttl::NEVER
-                && s.oldest_expiry.saturating_add(max_lag_secs) <= now)
-        {
+        } else if full || overdue {
+            sel.merge.push(id);
+        } else if dying_soon(&s, now) {
+            // Left to die whole.
+        } else if s.dead >= s.total || (s.dead > 0 && s.dead_share() >= dead_ratio) {
             sel.merge.push(id);
         }
     }
@@ -66,8 +92,38 @@ mod tests {
             dead,
             shadowing,
             oldest_expiry: oldest,
+            dies_by: ttl::NEVER,
             ..SegStats::default()
         }
+    }
+
+    #[test]
+    fn a_segment_about_to_die_whole_waits_for_the_drop() {
+        let now = 10_000;
+        let dying = |dies_by: u64, shadowing: u64| SegStats {
+            dies_by,
+            shadowing,
+            ..st(100, 60, 0, ttl::NEVER)
+        };
+        let mut m = HashMap::new();
+        m.insert(1, dying(now + 5, 0)); // 60 % dead, all dead in 5 s: wait
+        m.insert(2, dying(now + DYING_HORIZON_SECS + 1, 0)); // too far off: merge
+        m.insert(3, dying(now + 5, 1)); // shadows something: can never be dropped: merge
+        m.insert(4, dying(now - 3, 0)); // overdue but within the reaper's grace: wait
+        m.insert(5, dying(now - REAP_GRACE_SECS - 1, 0)); // overdue past grace: merge
+        m.insert(6, dying(ttl::NEVER, 0)); // some record never expires: merge
+        let sel = select(&[1, 2, 3, 4, 5, 6], &m, now, 0.5, 600, false);
+        assert!(sel.drop.is_empty());
+        assert_eq!(sel.merge, vec![2, 3, 5, 6]);
+        // Dead at last: dropped, deferral or not.
+        m.insert(1, SegStats { dead: 100, ..dying(now + 5, 0) });
+        assert_eq!(select(&[1], &m, now, 0.5, 600, false).drop, vec![1]);
+        // A full compaction merges everything it does not drop.
+        assert_eq!(select(&[4], &m, now, 0.5, 600, true).merge, vec![4]);
+        // The lag bound: expired bytes older than the lag are purged even from a segment
+        // that waits to die.
+        m.insert(7, SegStats { oldest_expiry: now - 700, ..dying(now + 5, 0) });
+        assert_eq!(select(&[7], &m, now, 0.5, 600, false).merge, vec![7]);
     }
 
     #[test]

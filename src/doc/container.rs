@@ -243,13 +243,13 @@ impl Container {
         id: &str,
     ) -> Result<T> {
         let key = partition::encode_key(&pk.into(), id);
-        let bytes = self
-            .ks
-            .get(&key)?
-            .ok_or_else(|| Error::NotFound(format!("item '{id}'")))?;
-        stored::parse(&bytes).map_err(|e| {
-            Error::BadRequest(format!("item '{id}' does not fit the requested type: {e}"))
-        })
+        // Parsed straight from the log's mapping: no copy of the stored JSON.
+        self.ks
+            .get_with(&key, |bytes| stored::parse(bytes))?
+            .ok_or_else(|| Error::NotFound(format!("item '{id}'")))?
+            .map_err(|e| {
+                Error::BadRequest(format!("item '{id}' does not fit the requested type: {e}"))
+            })
     }
 
     /// Deletes a live item; 404 if missing or expired.

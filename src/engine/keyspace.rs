@@ -184,6 +184,32 @@ impl Keyspace {
         }
     }
 
+    /// Calls `f` with the value of `key` without copying it out of the log (the slice is the
+    /// segment's mapping; a value written moments ago and not yet flushed is copied once), and
+    /// returns its result, or `None` if the key is missing, deleted or expired. The value is
+    /// checked exactly as [`Keyspace::get`] checks it. `f` runs with no lock held; the
+    /// segment stays mapped while it runs, even if a merge retires it meanwhile.
+    ///
+    /// # Errors
+    /// As [`Keyspace::get`].
+    pub fn get_with<R>(
+        &self,
+        key: impl AsRef<[u8]>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        self.check_alive()?;
+        let key = key.as_ref();
+        let now = self.inner().now_s();
+        let found = {
+            let st = self.core.state.read();
+            self.inner().lookup(&st, key, now)
+        };
+        match found {
+            Some((e, seg)) => self.inner().with_value(&seg, &e, key, f).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// True if `key` is live.
     ///
     /// # Errors
@@ -240,8 +266,8 @@ impl Keyspace {
     pub fn len(&self) -> Result<usize> {
         self.check_alive()?;
         let now = self.inner().now_s();
-        let st = self.core.state.read();
-        Ok(st.map.values().filter(|e| st.is_live(e, now)).count())
+        let live = self.core.state.read().count(now).live.items;
+        Ok(usize::try_from(live).unwrap_or(usize::MAX))
     }
 
     /// True if no key is live.
@@ -251,8 +277,7 @@ impl Keyspace {
     pub fn is_empty(&self) -> Result<bool> {
         self.check_alive()?;
         let now = self.inner().now_s();
-        let st = self.core.state.read();
-        Ok(!st.map.values().any(|e| st.is_live(e, now)))
+        Ok(self.core.state.read().count(now).live.items == 0)
     }
 
     /// Live keys in `range`, in key order. An empty or inverted range (`b"c"..b"a"`, `a..a`)

@@ -122,12 +122,19 @@ pub(crate) struct Inner {
     /// Second handle to `CLOCK`, fsynced without holding `clockfile`.
     clock_sync: std::fs::File,
     pub(crate) expiry: Mutex<ExpiryState>,
-    /// `expiry.due.len()`, readable without the lock: writers check it after every write.
+    /// `expiry.due.len()`, readable without the lock (for `stats()`).
     pub(crate) reap_backlog: AtomicU64,
+    /// Every timer with a deadline at or before this second has been taken out of the wheel
+    /// and the backlog (handled, or being handled). Writers compare it with their `now` after
+    /// every write: expiry that lags by more than `ASSIST_LAG_S` seconds gets their help.
+    pub(crate) handled_through: AtomicU64,
     pub(crate) subscribers: Mutex<Vec<Sender<ExpiryEvent>>>,
     pub(crate) expirations: AtomicU64,
     pub(crate) merges: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
+    /// Sealed segments whose hint was not written because they were about to die whole
+    /// (`compaction::write_hint_for`); the worker writes it if one outlives that.
+    pub(crate) hints_deferred: Mutex<std::collections::BTreeSet<u32>>,
     worker: Mutex<Option<WorkerHandle>>,
     pub(crate) worker_error: Mutex<WorkerErrors>,
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
@@ -225,7 +232,7 @@ pub(crate) struct ExpiryState {
     pub(crate) reaped_upto: u64,
     /// Timers the wheel has fired that no one has handled yet (the reaping backlog), oldest
     /// first. The worker drains it; writers help when it grows (see `Inner::reap_upto`).
-    pub(crate) due: std::collections::VecDeque<Timer>,
+    pub(crate) due: std::collections::VecDeque<(u64, Timer)>,
     /// Timers taken from `due` and being handled right now.
     pub(crate) in_flight: usize,
 }
@@ -446,7 +453,42 @@ impl Store {
     /// worker that fell behind would leave it.
     #[doc(hidden)]
     pub fn queue_due_expirations(&self) -> Result<()> {
-        self.inner.reap_upto(0).map(|_| ())
+        self.inner.reap_upto(0, 0).map(|_| ())
+    }
+
+    /// Test hook: checks every keyspace's census (the counts behind `len()` and `stats()`)
+    /// against a walk over its key directory at the engine's `now`; the first disagreement is
+    /// the error.
+    #[doc(hidden)]
+    pub fn check_census(&self) -> std::result::Result<(), String> {
+        let now = self.inner.now_s();
+        let cores: Vec<_> = self.inner.catalog.read().by_id.values().cloned().collect();
+        for core in cores {
+            let st = core.state.read();
+            let mut walked = crate::keydir::Census::default();
+            for e in st.map.values() {
+                walked.add(e);
+            }
+            if walked != st.census {
+                return Err(format!("keyspace '{}': census buckets drifted", core.name));
+            }
+            let (mut live, mut expired) = (0u64, 0u64);
+            for e in st.map.values() {
+                if st.is_live(e, now) {
+                    live += 1;
+                } else {
+                    expired += 1;
+                }
+            }
+            let c = st.count(now);
+            if (c.live.items, c.expired.items) != (live, expired) {
+                return Err(format!(
+                    "keyspace '{}' at {now}: census says {} live, {} expired; the walk {live}, {expired}",
+                    core.name, c.live.items, c.expired.items
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Test hook: the process dies now. The background worker stops, nothing more is written:
@@ -473,7 +515,14 @@ impl Inner {
 
     pub(crate) fn now_ms(&self) -> u64 {
         let clock = self.opts.clock.now_unix_millis();
-        let prev = self.hw_ms.fetch_max(clock, Ordering::SeqCst);
+        // Readers in the same millisecond only load the high-water mark: a `fetch_max` on
+        // every call made every read write one shared cache line.
+        let seen = self.hw_ms.load(Ordering::SeqCst);
+        let prev = if clock > seen {
+            self.hw_ms.fetch_max(clock, Ordering::SeqCst)
+        } else {
+            seen
+        };
         let mut now = prev.max(clock);
         loop {
             match self.fence_ms.load(Ordering::SeqCst) {

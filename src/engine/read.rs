@@ -48,11 +48,34 @@ impl Inner {
     /// Copies out the value of the record `e` for `key`. Never takes the log mutex: a record
     /// still in the active segment's unflushed tail is copied under the tail's own lock.
     pub(crate) fn read_value(&self, seg: &SegRef, e: &Entry, key: &[u8]) -> Result<Vec<u8>> {
+        self.with_value(seg, e, key, <[u8]>::to_vec)
+    }
+
+    /// Calls `f` with the value of the record `e` for `key`, checked (CRC, key, sequence
+    /// number). For a sealed segment or the flushed part of the active one the slice is the
+    /// mapping itself: no allocation, no copy. A record in the active segment's unflushed tail
+    /// is copied out first.
+    pub(crate) fn with_value<R>(
+        &self,
+        seg: &SegRef,
+        e: &Entry,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
         match seg {
-            SegRef::Sealed(s) => read_sealed(s, e, key),
+            SegRef::Sealed(s) => {
+                let bytes = s.read(e.offset, e.len).ok_or_else(|| {
+                    Error::corruption(
+                        s.path(),
+                        u64::from(e.offset),
+                        "record beyond end of segment",
+                    )
+                })?;
+                Ok(f(decode_value(bytes, e, key, s.path())?))
+            }
             SegRef::Active(a) => {
                 if let Some(bytes) = a.read_mapped(e.offset, e.len) {
-                    return decode_value(bytes, e, key, &self.seg_path(e.file));
+                    return Ok(f(decode_value(bytes, e, key, &self.seg_path(e.file))?));
                 }
                 let bytes = a
                     .read_any(e.offset, e.len)
@@ -64,7 +87,7 @@ impl Inner {
                             "record not in active segment",
                         )
                     })?;
-                decode_value(&bytes, e, key, &self.seg_path(e.file))
+                Ok(f(decode_value(&bytes, e, key, &self.seg_path(e.file))?))
             }
         }
     }
@@ -74,18 +97,12 @@ impl Inner {
     }
 }
 
-fn read_sealed(s: &Segment, e: &Entry, key: &[u8]) -> Result<Vec<u8>> {
-    let bytes = s.read(e.offset, e.len).ok_or_else(|| {
-        Error::corruption(
-            s.path(),
-            u64::from(e.offset),
-            "record beyond end of segment",
-        )
-    })?;
-    decode_value(bytes, e, key, s.path())
-}
-
-fn decode_value(bytes: &[u8], e: &Entry, key: &[u8], path: &std::path::Path) -> Result<Vec<u8>> {
+fn decode_value<'a>(
+    bytes: &'a [u8],
+    e: &Entry,
+    key: &[u8],
+    path: &std::path::Path,
+) -> Result<&'a [u8]> {
     let rec = record::decode(bytes)
         .map_err(|err| Error::corruption(path, u64::from(e.offset), err.to_string()))?;
     if rec.meta.kind != Kind::Put || rec.key != key || rec.meta.seq != e.seq {
@@ -95,5 +112,5 @@ fn decode_value(bytes: &[u8], e: &Entry, key: &[u8], path: &std::path::Path) -> 
             "record does not match the key directory",
         ));
     }
-    Ok(rec.value.to_vec())
+    Ok(rec.value)
 }

@@ -166,6 +166,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                 true
             });
             state.map = pairs.into_iter().collect::<BTreeMap<_, _>>();
+            state.recount();
         }
         let core = Arc::new(KeyspaceCore {
             id: meta.id,
@@ -184,9 +185,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         s.dead = s.total;
     }
     for core in catalog.by_id.values() {
-        for e in core.state.read().map.values() {
+        let st = core.state.read();
+        for e in st.map.values() {
             if let Some(s) = segstats.get_mut(&e.file) {
                 s.dead = s.dead.saturating_sub(u64::from(e.len));
+                s.dies_by = s.dies_by.max(st.expires_at(e));
             }
         }
     }
@@ -247,10 +250,12 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             in_flight: 0,
         }),
         reap_backlog: AtomicU64::new(0),
+        handled_through: AtomicU64::new(now.saturating_sub(1)),
         subscribers: Mutex::new(Vec::new()),
         expirations: AtomicU64::new(0),
         merges: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
+        hints_deferred: Mutex::default(),
         worker: Mutex::new(None),
         worker_error: Mutex::new(super::WorkerErrors::default()),
         merge_crash_at: Mutex::new(None),

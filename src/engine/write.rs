@@ -328,7 +328,12 @@ impl Inner {
                 else {
                     return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
                 };
-                let KeyspaceState { map, history, .. } = st;
+                let KeyspaceState {
+                    map,
+                    history,
+                    census,
+                    ..
+                } = st;
                 let slot = map.entry(Key::from_slice(&op.key));
                 let live = match &slot {
                     Entry_::Occupied(o) => {
@@ -385,6 +390,7 @@ impl Inner {
                 let old = if kind == Kind::Put {
                     let ts = WriteSecs::saturating(meta.ts());
                     let deadline = ttl::expires_at(ts.get(), own, history);
+                    added.dies_by = added.dies_by.max(deadline);
                     let timer = if deadline == ttl::NEVER {
                         if old_timer != TimerHandle::NONE {
                             expiry
@@ -416,6 +422,7 @@ impl Inner {
                         flags,
                         timer,
                     };
+                    census.add(&entry);
                     match slot {
                         Entry_::Occupied(mut o) => Some(o.insert(entry)),
                         Entry_::Vacant(v) => {
@@ -437,6 +444,7 @@ impl Inner {
                     }
                 };
                 if let Some(old) = old {
+                    census.remove(&old);
                     dead.push((old.file, u64::from(old.len)));
                 }
                 seq += 1;
@@ -487,7 +495,7 @@ impl Inner {
         }
         // If expiry has fallen behind, this write handles a share of the backlog (no lock is
         // held here): expiry keeps pace with the writers instead of piling up.
-        self.assist_reaping(ops.len());
+        self.assist_reaping(ops.len(), now);
         Ok(existed)
     }
 
@@ -641,7 +649,11 @@ impl Inner {
             cat.by_name.remove(name);
             cat.by_id.remove(&core.id);
         }
-        let map = std::mem::take(&mut core.state.write().map);
+        let map = {
+            let mut st = core.state.write();
+            st.census = crate::keydir::Census::default();
+            std::mem::take(&mut st.map)
+        };
         let mut ex = self.expiry.lock();
         for e in map.values() {
             if let Some(s) = log.segstats.get_mut(&e.file) {

@@ -50,8 +50,16 @@ const REAP_CHUNK: usize = 1024;
 /// Fired timers the worker takes from the backlog at a time.
 const REAP_SLICE: usize = 16 * REAP_CHUNK;
 
-/// A reaping backlog (fired, unhandled timers) above which every write also handles some.
-pub(crate) const ASSIST_BACKLOG: u64 = 65_536;
+/// Seconds expiry may lag behind the clock (timers due and not yet taken for handling) before
+/// every write helps. The worker reaps at each tick (250 ms by default) and, while a backlog is
+/// left, again at once, so a lag of two seconds means it has really fallen behind, not that a
+/// second's worth of timers just came due.
+pub(crate) const ASSIST_LAG_S: u64 = 2;
+
+/// A lagging backlog this small is left to the worker: a few stragglers do not justify making
+/// a write publish expiry events (with a `ManualClock`, whose worker never reaps on its own,
+/// they wait for `maintain`).
+pub(crate) const ASSIST_MIN_BACKLOG: usize = 1024;
 
 /// The most timers a write handles per key it wrote when it assists.
 pub(crate) const ASSIST_PER_KEY: usize = 4;
@@ -63,51 +71,60 @@ impl Inner {
         // In slices, so the backlog others see (and help with) is the real one.
         // Bounded by what was due when the pass began, so a pass always ends (and the worker
         // gets to compaction) even while timers keep firing; the next pass takes the rest.
-        let mut expired = self.reap_upto(REAP_SLICE)?;
+        let mut expired = self.reap_upto(REAP_SLICE, 0)?;
         let slices = self.reap_backlog.load(Ordering::Relaxed) / REAP_SLICE as u64 + 1;
         for _ in 0..slices {
             if self.reap_backlog.load(Ordering::Relaxed) == 0 {
                 break;
             }
-            expired += self.reap_upto(REAP_SLICE)?;
+            expired += self.reap_upto(REAP_SLICE, 0)?;
         }
         Ok(expired)
     }
 
-    /// A write's share of reaping when the worker has fallen behind: at most `limit` fired
-    /// timers. Expiry therefore keeps pace with any write rate: the more a writer outruns the
-    /// worker, the more of the backlog it handles itself.
-    pub(crate) fn assist_reaping(&self, keys_written: usize) {
-        let backlog = self.reap_backlog.load(Ordering::Relaxed);
-        if backlog > ASSIST_BACKLOG {
-            // The share grows with the backlog (1 timer per key written at the threshold, up to
-            // ASSIST_PER_KEY at 4× it), so writers slow down gradually rather than in steps:
-            // a step makes the write rate, and TTL seconds later the expiry rate, oscillate.
-            let share = (backlog / ASSIST_BACKLOG).clamp(1, ASSIST_PER_KEY as u64) as usize;
-            let _ = self.reap_upto(keys_written.saturating_mul(share).max(64));
+    /// A write's share of reaping when the worker has fallen behind: expiry lags the write's
+    /// `now` by more than [`ASSIST_LAG_S`]. Expiry therefore keeps pace with any write rate:
+    /// the more a writer outruns the worker, the more of the backlog it handles itself.
+    pub(crate) fn assist_reaping(&self, keys_written: usize, now: u64) {
+        let lag = now.saturating_sub(self.handled_through.load(Ordering::Relaxed));
+        if lag > ASSIST_LAG_S {
+            // The share grows with the lag (1 timer per key written just past the threshold,
+            // up to ASSIST_PER_KEY), so writers slow down gradually rather than in steps: a
+            // step makes the write rate, and TTL seconds later the expiry rate, oscillate.
+            let share = (lag - ASSIST_LAG_S).clamp(1, ASSIST_PER_KEY as u64) as usize;
+            let _ = self.reap_upto(keys_written.saturating_mul(share).max(64), ASSIST_MIN_BACKLOG);
         }
     }
 
     /// Moves every timer due at `now` from the wheel into the backlog, then handles up to
-    /// `limit` of the oldest. Fired timers are grouped by keyspace (keeping deadline order
+    /// `limit` of the oldest, if more than `min_backlog` are queued. Fired timers are grouped by keyspace (keeping deadline order
     /// within each) and handled `REAP_CHUNK` at a time, each chunk under one write lock of the
     /// keyspace and one lock of the wheel; dead bytes are accounted under the log mutex once per
     /// call. Events are built only when someone subscribed. The second up to which events were
     /// delivered advances only when the backlog is empty and nothing is in flight.
-    pub(crate) fn reap_upto(&self, limit: usize) -> Result<usize> {
+    pub(crate) fn reap_upto(&self, limit: usize, min_backlog: usize) -> Result<usize> {
         let now = self.now_s();
         let taken: Vec<Timer> = {
             let mut ex = self.expiry.lock();
             if ex.wheel.now() < now || ex.wheel.next_deadline().is_some_and(|d| d <= now) {
                 let mut fired = Vec::new();
                 ex.wheel.advance(now, &mut fired);
-                ex.due.extend(fired.into_iter().map(|(_, t)| t));
+                ex.due.extend(fired);
             }
-            let n = limit.min(ex.due.len());
-            let taken: Vec<Timer> = ex.due.drain(..n).collect();
+            let n = if ex.due.len() > min_backlog {
+                limit.min(ex.due.len())
+            } else {
+                0
+            };
+            let taken: Vec<Timer> = ex.due.drain(..n).map(|(_, t)| t).collect();
             ex.in_flight += taken.len();
             self.reap_backlog
                 .store(ex.due.len() as u64, Ordering::Relaxed);
+            let through = ex
+                .due
+                .front()
+                .map_or(ex.wheel.now(), |(deadline, _)| deadline.saturating_sub(1));
+            self.handled_through.fetch_max(through, Ordering::Relaxed);
             taken
         };
         let handled = taken.len();
@@ -160,7 +177,12 @@ impl Inner {
             while timers.peek().is_some() {
                 let mut st = core.state.write();
                 let mut ex = self.expiry.lock();
-                let KeyspaceState { map, history, .. } = &mut *st;
+                let KeyspaceState {
+                    map,
+                    history,
+                    census,
+                    ..
+                } = &mut *st;
                 for timer in timers.by_ref().take(REAP_CHUNK) {
                     // One descent of the map per timer: decide and remove on the same entry.
                     let BTreeEntry::Occupied(mut slot) = map.entry(timer.key.clone()) else {
@@ -174,7 +196,7 @@ impl Inner {
                     }
                     let at = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
                     if at <= now {
-                        slot.remove();
+                        census.remove(&slot.remove());
                         let d = dead.entry(e.file).or_insert((0, 0, ttl::NEVER));
                         d.0 += u64::from(e.len);
                         d.1 += 1;

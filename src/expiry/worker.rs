@@ -1,18 +1,21 @@
-//! The background worker: one named thread fed by a bounded channel.
+//! The background threads: the upkeep worker, fed by a bounded channel, and the reaper.
 //!
-//! With a clock that drives background work (the system clock) it wakes every tick interval to
-//! reap expired entries, run the compaction policy and, under `SyncPolicy::Periodic`, fsync.
-//! It also writes hint files for newly sealed segments. A job that fails or panics records its
-//! error for `stats()` (`worker_error`, `worker_failures`) until a later job succeeds; a
-//! failing merge is retried with exponential backoff. Foreground calls (`maintain`, `compact`)
-//! report only their own errors: one background failure never wedges them.
+//! With a clock that drives background work (the system clock) the worker wakes every tick
+//! interval to run the compaction policy and, under `SyncPolicy::Periodic`, fsync; it also
+//! writes hint files for newly sealed segments. The reaper handles fired expiry timers just past
+//! each whole second, on its own thread so that a long merge never holds expiry up. A job that
+//! fails or panics records its error for `stats()` (`worker_error`, `worker_failures`) until a
+//! later job of the worker succeeds; a failing merge is retried with exponential backoff.
+//! Foreground calls (`maintain`, `compact`) report only their own errors: one background
+//! failure never wedges them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 use crate::engine::Inner;
 use crate::error::{Error, Result};
@@ -36,6 +39,9 @@ pub enum Message {
 pub struct WorkerHandle {
     tx: Sender<Message>,
     thread: Option<JoinHandle<()>>,
+    /// The reaper thread and the sender whose drop stops it (only with a clock that drives
+    /// background work).
+    reaper: Option<(Sender<()>, JoinHandle<()>)>,
 }
 
 impl WorkerHandle {
@@ -45,9 +51,13 @@ impl WorkerHandle {
         let _ = self.tx.try_send(msg);
     }
 
-    /// Stops the thread and waits for it.
+    /// Stops the threads and waits for them.
     pub fn shutdown(mut self) {
         let _ = self.tx.send(Message::Shutdown);
+        if let Some((stop, thread)) = self.reaper.take() {
+            drop(stop);
+            let _ = thread.join();
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -114,52 +124,42 @@ fn record(inner: &Inner, outcome: std::thread::Result<Result<()>>) -> bool {
     }
 }
 
+/// How long the reaper waits for its next pass: the tick interval, but no later than just past
+/// the next whole second of the engine's clock. Deadlines
+/// are whole seconds, so a second's expirations are handled (and their events published) within
+/// a few milliseconds of coming due rather than up to a tick later.
+fn next_wait(inner: &Inner, tick: Duration) -> Duration {
+    let into_second = inner.now_ms() % 1000;
+    tick.min(Duration::from_millis(1000 - into_second + 2))
+}
+
 /// Starts the worker for `inner`.
 ///
 /// # Errors
 /// The OS error if the thread cannot be spawned.
 pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
     let (tx, rx) = bounded::<Message>(1024);
+    let inner_for_reaper = Arc::clone(&inner);
     let thread = std::thread::Builder::new()
-        .name("ebbdb-expiry".into())
+        .name("ebbdb-upkeep".into())
         .spawn(move || {
             let tick = inner.opts.tick_interval;
             let background = inner.opts.clock.drives_background();
             let mut last_sync = Instant::now();
             let mut compaction = Backoff::default();
+            let mut next_tick = Instant::now() + tick;
+            let run = |job: &mut dyn FnMut() -> Result<()>| {
+                record(&inner, catch_unwind(AssertUnwindSafe(job)))
+            };
             loop {
-                let msg = match rx.recv_timeout(tick) {
+                let msg = match rx.recv_deadline(next_tick) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => Message::Tick,
                     Err(RecvTimeoutError::Disconnected) => Message::Shutdown,
                 };
-                let run = |job: &mut dyn FnMut() -> Result<()>| {
-                    record(&inner, catch_unwind(AssertUnwindSafe(job)))
-                };
                 match msg {
                     Message::Shutdown => break,
-                    Message::Tick => {
-                        if background {
-                            run(&mut || inner.reap().map(|_| ()));
-                            // The policy is cheap (it reads counters) and what it finds is
-                            // mostly whole dead segments (dropped unread), so it runs after
-                            // every expiry pass: reclaiming space then follows the backlog, not
-                            // a fixed cadence. It backs off while merges keep failing.
-                            if compaction.ready() {
-                                if run(&mut || crate::compaction::run(&inner, false).map(|_| ())) {
-                                    compaction.succeeded();
-                                } else {
-                                    compaction.failed();
-                                }
-                            }
-                        }
-                        if let SyncPolicy::Periodic(every) = inner.opts.sync {
-                            if last_sync.elapsed() >= every {
-                                run(&mut || inner.periodic_sync());
-                                last_sync = Instant::now();
-                            }
-                        }
-                    }
+                    Message::Tick => {}
                     Message::Compact => {
                         // An explicit request: tried now, whatever the backoff says.
                         let ok = run(&mut || {
@@ -176,10 +176,84 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                         run(&mut || crate::compaction::write_hint_for(&inner, id));
                     }
                 }
+                // The tick's work, when it is due: also while other messages keep arriving.
+                if Instant::now() < next_tick {
+                    continue;
+                }
+                next_tick = Instant::now() + tick;
+                if background {
+                    // The policy is cheap (it reads counters) and what it finds under TTL
+                    // churn is mostly whole dead segments (dropped unread), so it runs every
+                    // tick: reclaiming follows the reaper, which runs on its own thread.
+                    // It backs off while merges keep failing.
+                    if compaction.ready() {
+                        if run(&mut || crate::compaction::run(&inner, false).map(|_| ())) {
+                            compaction.succeeded();
+                        } else {
+                            compaction.failed();
+                        }
+                    }
+                }
+                if !inner.hints_deferred.lock().is_empty() {
+                    run(&mut || crate::compaction::write_deferred_hints(&inner));
+                }
+                if let SyncPolicy::Periodic(every) = inner.opts.sync {
+                    if last_sync.elapsed() >= every {
+                        run(&mut || inner.periodic_sync());
+                        last_sync = Instant::now();
+                    }
+                }
             }
         })?;
+    let reaper = if inner_for_reaper.opts.clock.drives_background() {
+        let (stop, stopped) = bounded::<()>(0);
+        match spawn_reaper(inner_for_reaper, stopped) {
+            Ok(reaper) => Some((stop, reaper)),
+            Err(e) => {
+                let _ = tx.send(Message::Shutdown);
+                let _ = thread.join();
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
     Ok(WorkerHandle {
         tx,
         thread: Some(thread),
+        reaper,
     })
+}
+
+/// Starts the reaper: a thread that handles fired timers just past each whole second (and at
+/// least every tick), and again at once while a backlog is left. It has its own thread so that
+/// a merge or a hint (seconds of work on big segments) never holds expiry up: expired entries
+/// leave memory, and their events are published, within milliseconds of coming due. Writers
+/// still step in if it falls behind (`Inner::assist_reaping`). Its failures are recorded for
+/// `stats()`; its successes do not clear the worker's (a merge failure stays reported until a
+/// merge succeeds).
+fn spawn_reaper(inner: Arc<Inner>, stopped: Receiver<()>) -> Result<JoinHandle<()>> {
+    let thread = std::thread::Builder::new()
+        .name("ebbdb-reaper".into())
+        .spawn(move || {
+            let tick = inner.opts.tick_interval;
+            loop {
+                let outcome = catch_unwind(AssertUnwindSafe(|| inner.reap().map(|_| ())));
+                let ok = matches!(outcome, Ok(Ok(())));
+                if !ok {
+                    record(&inner, outcome);
+                }
+                let wait = if ok && inner.reap_backlog.load(Ordering::Relaxed) > 0 {
+                    // A pass is bounded; the backlog it left is taken at once.
+                    Duration::ZERO
+                } else {
+                    next_wait(&inner, tick)
+                };
+                match stopped.recv_timeout(wait) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        })?;
+    Ok(thread)
 }

@@ -1,0 +1,119 @@
+//! A segment about to die whole gets no hint file (a hint only speeds up opening, and this
+//! segment will be dropped within seconds); if it outlives its expected death because a
+//! default-TTL change moved its deadlines later, the worker writes the hint after all. Either
+//! way, reopening finds every live key.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ebbdb::clock::ManualClock;
+use ebbdb::{DefaultTtl, Options, Store, SyncPolicy};
+
+fn hint_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".hint"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn dying_segments_get_their_hint_only_if_they_outlive_it() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::at_unix_secs(1_700_000_000);
+    let opts = || {
+        Options::default()
+            .clock(clock.clone())
+            .sync(SyncPolicy::Never)
+            .segment_size(32 * 1024)
+            .tick_interval(Duration::from_millis(5))
+    };
+    let store = Store::open_with(dir.path(), opts())?;
+    let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
+    for i in 0..2_000u32 {
+        sessions.put(i.to_be_bytes(), [7u8; 100])?;
+    }
+    let sealed = store.stats().segments - 1;
+    assert!(sealed >= 4, "{sealed} sealed segments");
+    wait_until("every sealed segment's hint to be deferred", || {
+        store.stats().hints_deferred == sealed
+    });
+    assert_eq!(
+        hint_files(dir.path()),
+        0,
+        "no hint for segments about to die"
+    );
+
+    // A segment whose records never expire gets its hint as usual.
+    let kept = store.create_keyspace("kept", DefaultTtl::Off)?;
+    for i in 0..600u32 {
+        kept.put(i.to_be_bytes(), [8u8; 100])?;
+    }
+    wait_until("hints of the segments that do not expire", || {
+        hint_files(dir.path()) > 0
+    });
+
+    // The TTL grows to an hour: the deferred segments now outlive their expected death (10 s,
+    // plus 5 s of grace for the reaper), and the worker writes their hints.
+    sessions.set_default_ttl(DefaultTtl::Seconds(3600))?;
+    clock.advance(Duration::from_secs(16));
+    wait_until("the deferred hints to be written", || {
+        store.stats().hints_deferred == 0
+    });
+    let segments = store.stats().segments;
+    assert_eq!(
+        hint_files(dir.path()),
+        segments - 1,
+        "every sealed segment has its hint"
+    );
+    drop((sessions, kept, store));
+
+    let store = Store::open_with(dir.path(), opts())?;
+    let sessions = store.keyspace("sessions")?;
+    let kept = store.keyspace("kept")?;
+    assert_eq!(sessions.len()?, 2_000);
+    assert_eq!(kept.len()?, 600);
+    assert_eq!(sessions.get(1_999u32.to_be_bytes())?, Some(vec![7u8; 100]));
+    Ok(())
+}
+
+#[test]
+fn a_store_reopened_without_the_deferred_hints_finds_every_key() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::at_unix_secs(1_700_000_000);
+    let opts = || {
+        Options::default()
+            .clock(clock.clone())
+            .sync(SyncPolicy::Never)
+            .segment_size(32 * 1024)
+            .tick_interval(Duration::from_millis(5))
+    };
+    {
+        let store = Store::open_with(dir.path(), opts())?;
+        let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
+        for i in 0..2_000u32 {
+            sessions.put(i.to_be_bytes(), [7u8; 100])?;
+        }
+        let sealed = store.stats().segments - 1;
+        wait_until("hints to be deferred", || {
+            store.stats().hints_deferred == sealed
+        });
+    }
+    assert_eq!(hint_files(dir.path()), 0);
+    let store = Store::open_with(dir.path(), opts())?;
+    let sessions = store.keyspace("sessions")?;
+    assert_eq!(sessions.len()?, 2_000);
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(sessions.len()?, 0, "and they still expire on time");
+    Ok(())
+}
