@@ -8,7 +8,8 @@
 //!
 //! Two layers:
 //! - [`Database`] / [`Container`]: Azure Cosmos DB–style JSON documents with `defaultTtl`,
-//!   per-item `ttl`, `_ts` and `_etag`.
+//!   per-item `ttl`, `_ts` and `_etag`; queries, patch ([`PatchOp`]), transactional batches
+//!   ([`TransactionalBatch`]) and a change feed ([`ChangeFeedOptions`]).
 //! - [`Store`] / [`Keyspace`]: the byte key-value engine underneath, with the same TTL rules.
 //!
 //! The storage machinery (segment files, mappings, the key directory, compaction, the timer
@@ -53,8 +54,13 @@ mod verify;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use doc::BulkCreate;
 pub use doc::{
+    BatchOperationResult, ChangeFeedIter, ChangeFeedMode, ChangeFeedOptions, ChangeFeedPage,
+    ChangeFeedStart, ChangeReceiver, TransactionalBatch, TransactionalBatchResponse,
+    MAX_BATCH_BYTES, MAX_BATCH_OPS,
+};
+pub use doc::{
     Container, ContainerProperties, Database, IndexingMode, ItemOptions, Items, PartitionKey,
-    Query, QueryOptions, QueryPage, QueryResults,
+    PatchOp, Query, QueryOptions, QueryPage, QueryResults, MAX_PATCH_OPS,
 };
 pub use engine::{
     Expiry, Iter, Keyspace, Store, WriteBatch, MAX_KEYSPACE_NAME_BYTES, RESERVED_KEYSPACE_PREFIXES,

@@ -76,3 +76,34 @@ fn ttl_expires_and_compaction_purges() -> ebbdb::Result<()> {
     assert_eq!(ks.len()?, 3);
     Ok(())
 }
+
+/// A batch may only hold keyspaces of the store it is written to: mixing two stores, or
+/// writing one store's batch to another, is refused with 400 and writes nothing anywhere.
+#[test]
+fn a_batch_across_stores_is_refused() -> ebbdb::Result<()> {
+    let (dir_a, dir_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let a = Store::open(dir_a.path())?;
+    let b = Store::open(dir_b.path())?;
+    let ka = a.create_keyspace("ks", DefaultTtl::Off)?;
+    let kb = b.create_keyspace("ks", DefaultTtl::Off)?;
+
+    let mut mixed = WriteBatch::new();
+    mixed.put(&ka, "x", "1").put(&kb, "y", "2");
+    assert!(matches!(
+        a.write_batch(mixed.clone()),
+        Err(Error::BadRequest(_))
+    ));
+    assert!(matches!(b.write_batch(mixed), Err(Error::BadRequest(_))));
+
+    let mut only_b = WriteBatch::new();
+    only_b.put(&kb, "y", "2");
+    assert!(matches!(
+        a.write_batch(only_b.clone()),
+        Err(Error::BadRequest(_))
+    ));
+    assert_eq!(ka.get("x")?, None);
+    assert_eq!(kb.get("y")?, None);
+    b.write_batch(only_b)?;
+    assert_eq!(kb.get("y")?, Some(b"2".to_vec()));
+    Ok(())
+}

@@ -35,6 +35,9 @@ pub struct ItemOptions {
     /// Write only if the live item's `_etag` equals this (else 412; 404 if there is no live
     /// item).
     pub if_match: Option<String>,
+    /// Patch only: write only if the live item matches this filter predicate, written in the
+    /// query dialect as `FROM c WHERE …` (else 412). Other writes refuse it with 400.
+    pub filter_predicate: Option<String>,
 }
 
 impl ItemOptions {
@@ -43,6 +46,23 @@ impl ItemOptions {
     pub fn if_match(mut self, etag: impl Into<String>) -> Self {
         self.if_match = Some(etag.into());
         self
+    }
+
+    /// Sets the conditional patch's `filter_predicate` (`"FROM c WHERE c.status = 'open'"`).
+    #[must_use]
+    pub fn filter_predicate(mut self, predicate: impl Into<String>) -> Self {
+        self.filter_predicate = Some(predicate.into());
+        self
+    }
+
+    /// 400 if a write other than a patch is given a filter predicate.
+    pub(super) fn refuse_predicate(&self) -> Result<()> {
+        if self.filter_predicate.is_some() {
+            return Err(Error::BadRequest(
+                "filter_predicate applies to patch only".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -66,9 +86,9 @@ impl ItemOptions {
 /// ```
 #[derive(Clone, Debug)]
 pub struct Container {
-    db: Database,
-    props: ContainerProperties,
-    ks: Keyspace,
+    pub(super) db: Database,
+    pub(super) props: ContainerProperties,
+    pub(super) ks: Keyspace,
 }
 
 /// An item prepared for writing.
@@ -160,6 +180,7 @@ impl Container {
                     Ok(())
                 }
             })?;
+        self.db.notify_change();
         Ok(p.stored)
     }
 
@@ -177,6 +198,7 @@ impl Container {
     /// # Errors
     /// As [`Container::upsert_item`], plus 404/412 for `if_match`.
     pub fn upsert_item_with(&self, item: &impl Serialize, opts: &ItemOptions) -> Result<Value> {
+        opts.refuse_predicate()?;
         let (p, _, id) = self.prepare(item)?;
         if opts.if_match.is_none() {
             self.ks.write_unchecked(&p.key, (p.bytes, p.ttl), p.at_ms)?;
@@ -186,6 +208,7 @@ impl Container {
                     check_etag(&id, cur, opts, false)
                 })?;
         }
+        self.db.notify_change();
         Ok(p.stored)
     }
 
@@ -213,6 +236,7 @@ impl Container {
         item: &impl Serialize,
         opts: &ItemOptions,
     ) -> Result<Value> {
+        opts.refuse_predicate()?;
         let pk = pk.into();
         let (p, body_pk, body_id) = self.prepare(item)?;
         if body_id != id {
@@ -230,6 +254,7 @@ impl Container {
             .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
                 check_etag(id, cur, opts, true)
             })?;
+        self.db.notify_change();
         Ok(p.stored)
     }
 
@@ -270,11 +295,13 @@ impl Container {
         id: &str,
         opts: &ItemOptions,
     ) -> Result<()> {
+        opts.refuse_predicate()?;
         let key = partition::encode_key(&pk.into(), id);
         self.ks
             .write_checked(&key, None, self.ks.store().now_unix_millis(), |cur| {
                 check_etag(id, cur, opts, true)
             })?;
+        self.db.notify_change();
         Ok(())
     }
 
@@ -450,6 +477,36 @@ impl Container {
     fn check_exists(&self) -> Result<()> {
         self.ks.check_alive()
     }
+}
+
+/// Stamps a changed item for writing at `now_ms` (patch, batch): its `ttl` validated (§3),
+/// nesting and numbers checked, system properties replaced by a fresh `_ts`/`_etag`, size
+/// checked (413). Returns the bytes, the record's own TTL and the stored item.
+pub(super) fn finish(
+    mut map: Map<String, Value>,
+    id: &str,
+    now_ms: u64,
+    limit: usize,
+) -> Result<(Vec<u8>, ItemTtl, Value)> {
+    let ttl = validate::parse_item_ttl(map.get("ttl"))?;
+    validate::strip_system_properties(&mut map);
+    precheck::check(&map).map_err(precheck::Refused::into_error)?;
+    map.insert("_ts".into(), Value::from(now_ms / 1000));
+    map.insert("_etag".into(), Value::String(new_etag(now_ms)));
+    let stored = Value::Object(map);
+    let bytes = serde_json::to_vec(&stored).map_err(|e| Error::BadRequest(e.to_string()))?;
+    if bytes.len() > limit {
+        return Err(Error::TooLarge(format!(
+            "item '{id}' is {} bytes; the limit is {limit} bytes",
+            bytes.len()
+        )));
+    }
+    Ok((bytes, ttl, stored))
+}
+
+/// The `_etag` of a stored item.
+pub(super) fn etag_of(doc: &Value) -> Option<&str> {
+    doc.get("_etag").and_then(Value::as_str)
 }
 
 fn check_etag(id: &str, cur: &Current<'_>, opts: &ItemOptions, must_exist: bool) -> Result<()> {

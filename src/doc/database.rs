@@ -61,6 +61,8 @@ pub struct Database {
     max_item_size: usize,
     /// Serialises catalogue changes (see the module note).
     catalog: Arc<Mutex<()>>,
+    /// Wakes change-feed iterators after document-layer writes (`feed.rs`).
+    changes: Arc<super::feed::ChangeSignal>,
 }
 
 impl Database {
@@ -85,6 +87,7 @@ impl Database {
             system,
             max_item_size,
             catalog: Arc::new(Mutex::new(())),
+            changes: Arc::default(),
         })
     }
 
@@ -281,6 +284,16 @@ impl Database {
 
     pub(crate) fn max_item_size(&self) -> usize {
         self.max_item_size
+    }
+
+    /// The signal change-feed iterators wait on.
+    pub(crate) fn change_signal(&self) -> Arc<super::feed::ChangeSignal> {
+        Arc::clone(&self.changes)
+    }
+
+    /// Wakes change-feed iterators: called after every document-layer write.
+    pub(crate) fn notify_change(&self) {
+        self.changes.notify();
     }
 }
 

@@ -11,8 +11,11 @@
 //! - `partition.rs`: [`PartitionKey`], extraction by path, and the order-preserving key
 //!   encoding that keeps a partition's items adjacent.
 
+mod batch;
 mod container;
 mod database;
+mod feed;
+mod patch;
 hooked_mod!(partition);
 mod precheck;
 pub(crate) mod properties;
@@ -20,8 +23,16 @@ hooked_mod!(query);
 mod stored;
 hooked_mod!(validate);
 
+pub use batch::{
+    BatchOperationResult, TransactionalBatch, TransactionalBatchResponse, MAX_BATCH_BYTES,
+    MAX_BATCH_OPS,
+};
 pub use container::{Container, ItemOptions, Items, QueryPage, QueryResults};
 pub use database::Database;
+pub use feed::{
+    ChangeFeedIter, ChangeFeedMode, ChangeFeedOptions, ChangeFeedPage, ChangeFeedStart, ChangeReceiver,
+};
+pub use patch::{PatchOp, MAX_PATCH_OPS};
 pub use partition::PartitionKey;
 pub use properties::{ContainerProperties, IndexingMode};
 pub use query::{Query, QueryOptions};

@@ -516,7 +516,11 @@ impl Iterator for Iter {
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct WriteBatch {
-    ops: Vec<(Store, Op)>,
+    ops: Vec<Op>,
+    /// The store of the first op's keyspace (one handle per batch, not one per op).
+    store: Option<Store>,
+    /// Set when an op's keyspace belongs to another store: the batch is then refused.
+    foreign: bool,
 }
 
 impl WriteBatch {
@@ -561,14 +565,19 @@ impl WriteBatch {
     }
 
     fn push(&mut self, ks: &Keyspace, key: &[u8], put: Option<(Vec<u8>, ItemTtl)>) -> &mut Self {
-        self.ops.push((
-            ks.store().clone(),
-            Op {
-                ks: Arc::clone(ks.core()),
-                key: key.to_vec(),
-                put,
-            },
-        ));
+        match &self.store {
+            None => self.store = Some(ks.store().clone()),
+            Some(store) => {
+                if !Arc::ptr_eq(&store.inner, &ks.store().inner) {
+                    self.foreign = true;
+                }
+            }
+        }
+        self.ops.push(Op {
+            ks: Arc::clone(ks.core()),
+            key: key.to_vec(),
+            put,
+        });
         self
     }
 
@@ -587,15 +596,16 @@ impl WriteBatch {
 
 impl Inner {
     pub(crate) fn write_batch(self: &Arc<Self>, batch: WriteBatch) -> Result<()> {
-        let mut ops = Vec::with_capacity(batch.ops.len());
-        for (store, op) in batch.ops {
-            if !Arc::ptr_eq(&store.inner, self) {
-                return Err(Error::BadRequest(
-                    "a WriteBatch may only hold keyspaces of the store it is written to".into(),
-                ));
-            }
-            ops.push(op);
+        let foreign = batch.foreign
+            || batch
+                .store
+                .as_ref()
+                .is_some_and(|store| !Arc::ptr_eq(&store.inner, self));
+        if foreign {
+            return Err(Error::BadRequest(
+                "a WriteBatch may only hold keyspaces of the store it is written to".into(),
+            ));
         }
-        self.apply(&ops, true).map(|_| ())
+        self.apply(&batch.ops, true).map(|_| ())
     }
 }

@@ -5,7 +5,9 @@
 //! keyspace's `state` (read) and `segments` (read), so they never wait for an fsync.
 
 mod clockfile;
+mod feed;
 mod keyspace;
+mod planned;
 mod read;
 mod recovery;
 mod write;
@@ -19,6 +21,7 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
+pub(crate) use planned::PlannedOp;
 pub(crate) use write::{next_id, Current};
 
 use crate::error::{Error, IoContext, Result};

@@ -77,6 +77,22 @@ pub(crate) fn check_keyspace_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The checks every op passes before it is applied: its keyspace still exists, key and value
+/// within the limits, a valid own TTL.
+fn check_ops(ops: &[Op]) -> Result<()> {
+    for op in ops {
+        if op.ks.dropped.load(Ordering::Acquire) {
+            return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
+        }
+        let value = op.put.as_ref().map_or(&[][..], |(v, _)| v.as_slice());
+        check_key_value(&op.key, value)?;
+        if let Some((_, ttl)) = &op.put {
+            check_ttl(*ttl)?;
+        }
+    }
+    Ok(())
+}
+
 fn check_default(default: DefaultTtl) -> Result<()> {
     if default.is_valid() {
         Ok(())
@@ -130,9 +146,9 @@ pub(crate) type Existed = Vec<bool>;
 /// The live version of a key as seen by a compare-and-write check, under the log mutex. The
 /// value is read only if the check asks for it.
 pub(crate) struct Current<'a> {
-    inner: &'a Inner,
-    key: &'a [u8],
-    found: Option<(Entry, SegRef)>,
+    pub(super) inner: &'a Inner,
+    pub(super) key: &'a [u8],
+    pub(super) found: Option<(Entry, SegRef)>,
 }
 
 impl Current<'_> {
@@ -218,16 +234,25 @@ impl Inner {
         check: Option<impl FnOnce(&Current<'_>) -> Result<()>>,
         at_ms: Option<u64>,
     ) -> Result<Existed> {
-        for op in ops {
-            if op.ks.dropped.load(Ordering::Acquire) {
-                return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
+        check_ops(ops)?;
+        self.apply_planned(atomic, at_ms, |view| {
+            if let (Some(check), Some(first)) = (check, ops.first()) {
+                check(&view.current(&first.ks, &first.key))?;
             }
-            let value = op.put.as_ref().map_or(&[][..], |(v, _)| v.as_slice());
-            check_key_value(&op.key, value)?;
-            if let Some((_, ttl)) = &op.put {
-                check_ttl(*ttl)?;
-            }
-        }
+            Ok(std::borrow::Cow::Borrowed(ops))
+        })
+    }
+
+    /// The write path proper. `plan` runs under the log mutex, sees live versions through its
+    /// [`View`](super::planned::View) (nothing else can write meanwhile) and returns the ops to
+    /// apply, so a read-modify-write is atomic (`engine/planned.rs`). `apply_checked` is the
+    /// special case of ops fixed in advance with a check of the first op's live version.
+    pub(crate) fn apply_planned<'o>(
+        &self,
+        atomic: bool,
+        at_ms: Option<u64>,
+        plan: impl FnOnce(&super::planned::View<'_>) -> Result<std::borrow::Cow<'o, [Op]>>,
+    ) -> Result<Existed> {
         self.check_writable()?;
         // The write's instant: taken here, or by a caller that already stamped it into the
         // value (the document layer's `_ts`/`_etag`), so the record header and the value agree.
@@ -241,23 +266,12 @@ impl Inner {
         let (existed, pos) = {
             let mut log = self.log.lock();
             self.check_writable()?;
+            let planned = plan(&super::planned::View::new(self, now_ms))?;
+            let ops: &[Op] = &planned;
             // Again under the log mutex, which `delete_keyspace` holds while it drops a
             // keyspace: a write racing the delete either lands before it or fails with 404, and
             // never puts entries into (or arms timers for) a dropped keyspace.
-            if let Some(op) = ops.iter().find(|op| op.ks.dropped.load(Ordering::Acquire)) {
-                return Err(Error::NotFound(format!("keyspace '{}'", op.ks.name)));
-            }
-            if let (Some(check), Some(first)) = (check, ops.first()) {
-                let found = {
-                    let st = first.ks.state.read();
-                    self.lookup(&st, &first.key, now)
-                };
-                check(&Current {
-                    inner: self,
-                    key: &first.key,
-                    found,
-                })?;
-            }
+            check_ops(ops)?;
             if let [op] = ops {
                 if op.put.is_none() && op.ks.state.read().live(&op.key, now).is_none() {
                     return Ok(vec![false]);
@@ -495,7 +509,7 @@ impl Inner {
         }
         // If expiry has fallen behind, this write handles a share of the backlog (no lock is
         // held here): expiry keeps pace with the writers instead of piling up.
-        self.assist_reaping(ops.len(), now);
+        self.assist_reaping(existed.len(), now);
         Ok(existed)
     }
 

@@ -320,6 +320,48 @@ fn count_of(e: &Expr, params: &HashMap<String, Value>, what: &str) -> Result<usi
         .ok_or_else(|| bad(format!("{what} must be a non-negative integer")))
 }
 
+/// A conditional patch's filter predicate (`FROM c WHERE …`), parsed by the query parser and
+/// evaluated with the query evaluator: one expression language.
+#[derive(Debug, Clone)]
+pub(crate) struct Predicate {
+    filter: Option<Expr>,
+}
+
+impl Predicate {
+    /// Parses `text`; 400 for a syntax error (naming the position), a parameter (a predicate
+    /// has none to bind) or an aggregate.
+    pub(crate) fn parse(text: &str) -> Result<Self> {
+        let filter = parser::parse_predicate(text)?;
+        if let Some(f) = &filter {
+            let mut params = Vec::new();
+            collect_params(f, &mut params);
+            if let Some(p) = params.first() {
+                return Err(bad(format!(
+                    "the parameter '@{p}' cannot be bound in a filter predicate"
+                )));
+            }
+            if f.has_aggregate() {
+                return Err(bad("aggregates are not allowed in a filter predicate"));
+            }
+        }
+        Ok(Self { filter })
+    }
+
+    /// True when the WHERE condition is `true` for `doc` (undefined and `false` do not match).
+    pub(crate) fn matches(&self, doc: &Value) -> bool {
+        let Some(f) = &self.filter else {
+            return true;
+        };
+        let params = HashMap::new();
+        let cx = Ctx {
+            doc,
+            vars: &[],
+            params: &params,
+        };
+        eval(f, &cx) == Some(Value::Bool(true))
+    }
+}
+
 /// A parsed and checked query, ready to plan and run.
 pub(crate) struct Prepared<'a> {
     select: Select,

@@ -78,6 +78,34 @@ pub(crate) fn parse(text: &str) -> Result<Select> {
     p.select()
 }
 
+/// Parses a filter predicate, `FROM c [WHERE expr]` (the conditional patch's
+/// `filter_predicate`): the FROM and WHERE clauses of a query, with the same grammar and
+/// positions. `None` when there is no WHERE (every item matches).
+pub(crate) fn parse_predicate(text: &str) -> Result<Option<Expr>> {
+    let mut p = Parser {
+        toks: lex(text)?,
+        pos: 0,
+        depth: 0,
+        links: 0,
+        alias: String::new(),
+        joins: Vec::new(),
+    };
+    p.expect_kw("FROM")?;
+    p.alias = p.ident()?;
+    let filter = if p.eat_kw("WHERE") {
+        Some(p.expr()?)
+    } else {
+        None
+    };
+    if !matches!(p.peek(), Tok::End) {
+        return Err(syntax(
+            p.at(),
+            format!("a filter predicate is FROM c [WHERE ...]; unexpected {}", p.show()),
+        ));
+    }
+    Ok(filter)
+}
+
 fn is_kw(tok: &Tok, kw: &str) -> bool {
     matches!(tok, Tok::Ident(w) if w.eq_ignore_ascii_case(kw))
 }
