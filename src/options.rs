@@ -29,6 +29,19 @@ pub enum SyncPolicy {
     Never,
 }
 
+impl SyncPolicy {
+    /// True when the active segment is zero-filled ahead of the writes: worth it when writes are
+    /// fsynced as they come (`Always`, or `Periodic` at an interval under a second); under
+    /// `Never` or a slow `Periodic` it only writes every page twice.
+    pub(crate) fn preallocates(self) -> bool {
+        match self {
+            SyncPolicy::Always => true,
+            SyncPolicy::Periodic(every) => every < Duration::from_secs(1),
+            SyncPolicy::Never => false,
+        }
+    }
+}
+
 /// What the engine does about damage: a bad record in a sealed segment or below the active
 /// segment's durable point, a segment that is missing or not its recorded length, a segment
 /// file the manifest does not account for, or damage a merge meets. (A torn tail of the active

@@ -107,3 +107,37 @@ fn a_batch_across_stores_is_refused() -> ebbdb::Result<()> {
     assert_eq!(kb.get("y")?, Some(b"2".to_vec()));
     Ok(())
 }
+
+/// The active segment is zero-filled ahead of the writes only when writes are fsynced as they
+/// come (there it saves committing a size change per fsync); under `Never` that would write
+/// every page twice, so the file ends where the records end.
+#[test]
+fn only_synced_stores_zero_fill_ahead() -> ebbdb::Result<()> {
+    for (policy, ahead) in [(SyncPolicy::Always, true), (SyncPolicy::Never, false)] {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open_with(dir.path(), Options::default().sync(policy))?;
+        let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+        for i in 0..100u32 {
+            ks.put(i.to_be_bytes(), [1u8; 100])?;
+        }
+        store.sync()?;
+        let active = std::fs::read_dir(dir.path())?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+            .map(|e| e.metadata().map(|m| m.len()))
+            .collect::<std::io::Result<Vec<u64>>>()?;
+        assert_eq!(active.len(), 1, "{policy:?}");
+        let written = store.stats().segment_bytes;
+        assert_eq!(
+            active[0] > written,
+            ahead,
+            "{policy:?}: file {} written {written}",
+            active[0]
+        );
+        drop(ks);
+        drop(store);
+        let store = Store::open_with(dir.path(), Options::default().sync(policy))?;
+        assert_eq!(store.keyspace("ks")?.len()?, 100);
+    }
+    Ok(())
+}

@@ -238,6 +238,10 @@ pub(crate) struct ExpiryState {
     pub(crate) due: std::collections::VecDeque<(u64, Timer)>,
     /// Timers taken from `due` and being handled right now.
     pub(crate) in_flight: usize,
+    /// The latest `now` of a reaper that handled timers: events may have been published for
+    /// deadlines up to it. Above `reaped_upto`, for part of a second (see
+    /// `Inner::finish_fired_timers`).
+    pub(crate) published_through: u64,
 }
 
 impl Store {
@@ -681,6 +685,9 @@ impl Inner {
         if let Some(w) = worker {
             w.shutdown();
         }
+        // Events already published for part of a second must not be published again by the
+        // next session: finish the timers already fired (see `finish_fired_timers`).
+        self.finish_fired_timers();
         // The last `now` any call used must survive the close, even if no call wrote it yet.
         self.persist_clock(self.hw_ms.load(Ordering::Acquire) / 1000, None);
         if !self.poisoned.load(Ordering::Acquire) {

@@ -104,7 +104,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         Error::corruption(dir.join("MANIFEST"), 0, "manifest names no active segment")
     })?;
     let created_seq = manifest.next_seq.max(loader.max_seq.saturating_add(1));
-    let active = load_active(
+    let mut active = load_active(
         dir,
         active_id,
         clock_state.durable,
@@ -113,6 +113,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         &mut loader,
         &damage,
     )?;
+    if !opts.sync.preallocates() {
+        active = active.without_preallocation();
+    }
 
     // Build the catalogue and the key directories. `now` never goes below a time the engine
     // has durably used: CLOCK, the newest write in the log, the high-water mark of the last
@@ -204,6 +207,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         segstats.entry(*id).or_default();
     }
     segstats.entry(active.id()).or_default();
+    // Sealed segments without a hint (deferred when the store closed, or never written) are
+    // handed to the worker, which writes each one's hint unless the segment is about to die
+    // whole (`compaction::write_deferred_hints`): otherwise every later open would scan them.
+    let hints_deferred: std::collections::BTreeSet<u32> = sealed
+        .keys()
+        .copied()
+        .filter(|id| !crate::log::hint_path(dir, *id).exists())
+        .collect();
 
     // Counters near their type's end can only come from damaged files (2^62 writes or 2^31
     // files are not reachable); refusing them keeps every later increment from overflowing.
@@ -248,6 +259,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             reaped_upto: clock_state.reaped_upto,
             due: std::collections::VecDeque::new(),
             in_flight: 0,
+            published_through: 0,
         }),
         reap_backlog: AtomicU64::new(0),
         handled_through: AtomicU64::new(now.saturating_sub(1)),
@@ -255,7 +267,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         expirations: AtomicU64::new(0),
         merges: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
-        hints_deferred: Mutex::default(),
+        hints_deferred: Mutex::new(hints_deferred),
         worker: Mutex::new(None),
         worker_error: Mutex::new(super::WorkerErrors::default()),
         merge_crash_at: Mutex::new(None),

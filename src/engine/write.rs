@@ -541,8 +541,12 @@ impl Inner {
             }
         };
         let new_id = log.manifest.next_file_id;
-        let fresh = ActiveWriter::create(&self.dir, new_id, log.next_seq, self.opts.segment_size)
-            .at(crate::log::segment_path(&self.dir, new_id))?;
+        let mut fresh =
+            ActiveWriter::create(&self.dir, new_id, log.next_seq, self.opts.segment_size)
+                .at(crate::log::segment_path(&self.dir, new_id))?;
+        if !self.opts.sync.preallocates() {
+            fresh = fresh.without_preallocation();
+        }
         let mut manifest = log.manifest.clone();
         manifest.next_file_id = next_id(new_id)?;
         manifest.next_seq = log.next_seq;

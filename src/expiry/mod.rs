@@ -132,6 +132,9 @@ impl Inner {
         let complete = {
             let mut ex = self.expiry.lock();
             ex.in_flight -= handled;
+            if handled > 0 {
+                ex.published_through = ex.published_through.max(now);
+            }
             // Complete only if nothing due at `now` is anywhere: not queued, not being handled
             // by another reaper, and not re-armed into the wheel by a reaper with an earlier
             // `now` (it would be reported later, so `reaped_upto` must not pass it).
@@ -149,6 +152,49 @@ impl Inner {
         self.expirations
             .fetch_add(expired as u64, Ordering::Relaxed);
         Ok(expired)
+    }
+
+    /// At a clean close (no other thread left): if a pass left stragglers after publishing
+    /// events past `reaped_upto` (a write's assist stops at `ASSIST_MIN_BACKLOG`; a bounded
+    /// pass), handles every timer already fired into the backlog, so that `reaped_upto` can
+    /// cover every event already published. Some versions of a second were reported and
+    /// others not, which no watermark can say: without this, the reopened store reported the
+    /// published ones again. The wheel is not advanced, and nothing is done when no event
+    /// past `reaped_upto` was published: timers not handled yet are reported by the next
+    /// session, as before.
+    pub(crate) fn finish_fired_timers(&self) {
+        let now = self.now_s();
+        let taken: Vec<Timer> = {
+            let mut ex = self.expiry.lock();
+            if ex.published_through <= ex.reaped_upto {
+                return;
+            }
+            let taken: Vec<Timer> = ex.due.drain(..).map(|(_, t)| t).collect();
+            ex.in_flight += taken.len();
+            self.reap_backlog.store(0, Ordering::Relaxed);
+            taken
+        };
+        let handled = taken.len();
+        let expired = self.handle_fired(now, taken);
+        self.expirations
+            .fetch_add(expired as u64, Ordering::Relaxed);
+        let upto = {
+            let mut ex = self.expiry.lock();
+            ex.in_flight -= handled;
+            // Every timer with a deadline up to the wheel's `now` has fired and been handled:
+            // each item due by then was reported (or re-armed later, which keeps it pending).
+            let through = ex.wheel.now().min(now);
+            let complete = ex.due.is_empty()
+                && ex.in_flight == 0
+                && ex.wheel.next_deadline().is_none_or(|d| d > through);
+            (complete && through > ex.reaped_upto).then(|| {
+                ex.reaped_upto = through;
+                through
+            })
+        };
+        if let Some(upto) = upto {
+            self.record_reaped_upto(upto);
+        }
     }
 
     /// Handles fired timers: frees the entries that are due, re-arms the ones whose deadline

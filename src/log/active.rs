@@ -221,6 +221,15 @@ impl ActiveWriter {
         self.shared.id
     }
 
+    /// Turns zero-filling ahead off for this file. It only pays when appends are fsynced one
+    /// by one (an overwrite of existing blocks needs no size change committed); under
+    /// `SyncPolicy::Never` it wrote every page twice.
+    #[must_use]
+    pub fn without_preallocation(mut self) -> Self {
+        self.prealloc = 0;
+        self
+    }
+
     /// Cuts preallocated space off the end (before sealing) and fsyncs the file.
     ///
     /// # Errors
@@ -283,7 +292,7 @@ impl ActiveWriter {
         }
         let at = self.shared.flushed.load(Ordering::Acquire);
         let end = at + tail.len() as u64;
-        if end > self.zeroed_to {
+        if end > self.zeroed_to && self.prealloc > 0 {
             // Extend with zeros well past this write, so the next appends overwrite.
             let target = end + self.prealloc;
             let zeros = vec![0u8; (target - end) as usize];
