@@ -1,7 +1,9 @@
 //! The main job: open a database, write orders with TTLs, watch them expire and be purged.
 //!
 //! Time is simulated with a `ManualClock` so the whole 90-day story runs in a second.
-//! Run with: `cargo run --release --example quickstart`
+//! Run with: `cargo run --release --example quickstart`; with `-- --keep DIR` the database is
+//! left in `DIR` (created if missing; it must not already hold a database) for the `ebbdb`
+//! command-line tool to look at, instead of a temporary directory that is removed at the end.
 
 use std::time::Duration;
 
@@ -10,16 +12,43 @@ use ebbdb::{ContainerProperties, Database, DefaultTtl, Options, SyncPolicy};
 use serde_json::{json, Value};
 
 fn main() -> ebbdb::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let clock = ManualClock::at_unix_secs(1_700_000_000);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let keep = match args.as_slice() {
+        [] => None,
+        [flag, dir] if flag == "--keep" => Some(std::path::PathBuf::from(dir)),
+        _ => {
+            eprintln!("usage: quickstart [--keep DIR]");
+            std::process::exit(2);
+        }
+    };
+    let temp = tempfile::tempdir()?;
+    let path = keep.clone().unwrap_or_else(|| temp.path().to_path_buf());
+    if path.join("MANIFEST").exists() {
+        eprintln!(
+            "{} already holds a database; name a new directory",
+            path.display()
+        );
+        std::process::exit(2);
+    }
+    // A kept database is looked at later with the real clock, so its story is set to end a
+    // minute ago (the new orders at the end are then live for 90 days); otherwise it starts
+    // at a fixed instant.
+    let start = match keep {
+        Some(_) => {
+            use ebbdb::clock::{Clock, SystemClock};
+            (SystemClock.now_unix_millis() / 1000).saturating_sub(90 * 86_400 + 3600 + 90)
+        }
+        None => 1_700_000_000,
+    };
+    let clock = ManualClock::at_unix_secs(start);
     let db = Database::open_with(
-        dir.path(),
+        &path,
         Options::default()
             .clock(clock.clone())
             .sync(SyncPolicy::Never)
             .segment_size(256 * 1024),
     )?;
-    println!("opened {}", dir.path().display());
+    println!("opened {}", path.display());
 
     let orders = db.create_container(
         ContainerProperties::new("orders", "/customerId")
@@ -71,6 +100,22 @@ fn main() -> ebbdb::Result<()> {
     show(&db, &orders, "after compaction")?;
     let audit: Value = orders.read_item("C3", "AUDIT")?;
     println!("AUDIT survives: {audit}");
+    // New business after the purge: these inherit the 90-day default from now on.
+    for (i, total) in [120, 75, 310].into_iter().enumerate() {
+        orders.create_item(
+            &json!({"id": format!("NEW{i}"), "customerId": format!("C{i}"), "total": total}),
+        )?;
+    }
+    show(&db, &orders, "after three new orders")?;
+    if let Some(dir) = keep {
+        drop(orders);
+        drop(db);
+        println!(
+            "database kept in {}; try: cargo run -p ebbdb-cli -- stats {}",
+            dir.display(),
+            dir.display()
+        );
+    }
     Ok(())
 }
 

@@ -49,8 +49,10 @@ mod options;
 mod scans;
 mod stats;
 hooked_mod!(ttl);
+mod verify;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use doc::BulkCreate;
 pub use doc::{
     BatchOperationResult, ChangeFeedIter, ChangeFeedMode, ChangeFeedOptions, ChangeFeedPage,
     ChangeFeedStart, ChangeReceiver, TransactionalBatch, TransactionalBatchResponse,
@@ -70,3 +72,4 @@ pub use options::{
 };
 pub use stats::{CompactionReport, SegmentStats, Stats};
 pub use ttl::{DefaultTtl, Ttl};
+pub use verify::{verify, verify_with_progress, Finding, VerifyReport};

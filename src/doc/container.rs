@@ -6,6 +6,10 @@
 //! kept in the JSON (returned as stored) and given to the engine as the record's TTL. The
 //! inherited default is never written into the item.
 
+// The atomic bulk create (`Container::create_items`), in its own file.
+mod bulk;
+pub use bulk::BulkCreate;
+
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -36,3 +36,4 @@ pub use patch::{PatchOp, MAX_PATCH_OPS};
 pub use partition::PartitionKey;
 pub use properties::{ContainerProperties, IndexingMode};
 pub use query::{Query, QueryOptions};
+pub use container::BulkCreate;

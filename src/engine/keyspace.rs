@@ -15,6 +15,8 @@ use crate::format::record::FLAG_IN_BATCH;
 use crate::keydir::{Entry, KeyspaceCore};
 use crate::ttl::{self, DefaultTtl, ItemTtl, Ttl};
 
+mod bulk;
+
 /// How long a live key has left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiry {
