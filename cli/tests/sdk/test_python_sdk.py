@@ -6,6 +6,7 @@ One server per test module (a fresh temporary directory, a free port); run by ru
 exact, so the item must read as 404 as soon as the second `_ts + 1` has begun.
 """
 
+import logging
 import os
 import signal
 import subprocess
@@ -204,6 +205,20 @@ def test_cross_partition_query(container):
     assert all(len(p) <= 1 for p in pages)
     # Reading every item (the read feed), across partitions.
     assert sorted(i["id"] for i in c.read_all_items()) == ["C1-5", "C2-4", "C2-9", "C3-1"]
+
+
+def test_cross_partition_query_goes_through_the_query_plan(container, server, caplog):
+    # The gateway answers a query without a partition key with substatus 1004; the SDK then
+    # asks for the query plan and sends the query to the one partition key range.
+    container.create_item({"id": "x", "customerId": "C1", "n": 1})
+    logged = CosmosClient(server, credential=KEY, logging_enable=True)
+    c = logged.get_database_client("sdk").get_container_client(container.id)
+    with caplog.at_level(logging.DEBUG, logger="azure"):
+        assert list(c.query_items("SELECT VALUE c.n FROM c",
+                                  enable_cross_partition_query=True)) == [1]
+    text = caplog.text.lower()
+    assert "x-ms-cosmos-is-query-plan-request" in text
+    assert "x-ms-documentdb-partitionkeyrangeid" in text
 
 
 def test_ttl_one_second_is_exact(client):

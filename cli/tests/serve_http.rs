@@ -1,0 +1,688 @@
+//! `ebbdb serve` over real HTTP (reqwest): master-key auth, Cosmos error bodies and headers,
+//! malformed requests, paging, many concurrent clients with no lost write, graceful shutdown
+//! that syncs (data there after a restart), and a locked database directory.
+//!
+//! Each test starts the built binary on a free port in its own temporary directory and signs
+//! its requests the way the SDKs do (HMAC-SHA256 over verb, resource type, link and date).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+const KEY: &str =
+    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==";
+const DATE: &str = "Mon, 23 Nov 2026 08:00:00 GMT";
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ebbdb"))
+            .arg("serve")
+            .arg(dir)
+            .args(["--addr", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ebbdb serve");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        let mut reader = BufReader::new(stdout);
+        reader.read_line(&mut line).expect("first line");
+        let base = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .trim_end_matches('/')
+            .to_owned();
+        child.stdout = Some(reader.into_inner());
+        Self { child, base }
+    }
+
+    /// Ctrl-C, then the exit status and what it printed.
+    fn interrupt(mut self) -> (Option<i32>, String) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not stop on Ctrl-C"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        (status.code(), out)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sign(key: &str, verb: &str, resource_type: &str, link: &str) -> String {
+    let text = format!(
+        "{}\n{}\n{}\n{}\n\n",
+        verb.to_lowercase(),
+        resource_type,
+        link,
+        DATE.to_lowercase()
+    );
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(&STANDARD.decode(key).expect("key")).expect("hmac");
+    mac.update(text.as_bytes());
+    let sig = STANDARD.encode(mac.finalize().into_bytes());
+    let token = format!("type=master&ver=1.0&sig={sig}");
+    token
+        .replace('%', "%25")
+        .replace('=', "%3D")
+        .replace('&', "%26")
+        .replace('+', "%2B")
+        .replace('/', "%2F")
+}
+
+/// A signed request: `path` as sent, `resource_type` and `link` as signed.
+fn signed(
+    http: &reqwest::Client,
+    base: &str,
+    method: Method,
+    path: &str,
+    resource_type: &str,
+    link: &str,
+) -> reqwest::RequestBuilder {
+    http.request(method.clone(), format!("{base}{path}"))
+        .header("x-ms-date", DATE)
+        .header("x-ms-version", "2018-12-31")
+        .header(
+            "authorization",
+            sign(KEY, method.as_str(), resource_type, link),
+        )
+}
+
+/// A JSON body (reqwest's own `json` needs a feature this test does not pull in).
+trait JsonBody {
+    fn js(self, v: &Value) -> Self;
+}
+
+impl JsonBody for reqwest::RequestBuilder {
+    fn js(self, v: &Value) -> Self {
+        self.header("content-type", "application/json")
+            .body(v.to_string())
+    }
+}
+
+async fn send(rb: reqwest::RequestBuilder) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let resp = rb.send().await.expect("send");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.bytes().await.expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)))
+    };
+    (status, headers, body)
+}
+
+/// Creates database `db` and container `coll` (partition key `/pk`).
+async fn setup(http: &reqwest::Client, base: &str, db: &str, coll: &str) {
+    let (s, _, _) =
+        send(signed(http, base, Method::POST, "/dbs", "dbs", "").js(&json!({"id": db}))).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, _, _) = send(
+        signed(
+            http,
+            base,
+            Method::POST,
+            &format!("/dbs/{db}/colls"),
+            "colls",
+            &format!("dbs/{db}"),
+        )
+        .js(&json!({"id": coll, "partitionKey": {"paths": ["/pk"], "kind": "Hash", "version": 2}})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED);
+}
+
+fn assert_cosmos_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
+    assert_eq!(status, want, "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorization() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    // Correctly signed: 200.
+    let (s, h, body) = send(signed(&http, base, Method::GET, "/dbs", "dbs", "")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["Databases"], json!([]));
+    for name in [
+        "x-ms-activity-id",
+        "x-ms-request-charge",
+        "x-ms-session-token",
+    ] {
+        assert!(h.contains_key(name), "{name} missing");
+    }
+    // No authorization header.
+    let (s, _, body) = send(http.get(format!("{base}/dbs")).header("x-ms-date", DATE)).await;
+    assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    // Signed with another key.
+    let other = STANDARD.encode([7u8; 64]);
+    let (s, _, body) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", DATE)
+            .header("authorization", sign(&other, "GET", "dbs", "")),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    // A valid signature for another verb, resource or date does not carry over.
+    let (s, _, _) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", DATE)
+            .header("authorization", sign(KEY, "POST", "dbs", "")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, _, _) = send(
+        http.get(format!("{base}/dbs/a"))
+            .header("x-ms-date", DATE)
+            .header("authorization", sign(KEY, "GET", "dbs", "dbs/b")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, _, _) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", "Mon, 23 Nov 2026 08:00:01 GMT")
+            .header("authorization", sign(KEY, "GET", "dbs", "")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    // Garbage tokens.
+    for token in [
+        "",
+        "type%3Dmaster",
+        "type%3Daad%26ver%3D1.0%26sig%3Dx",
+        "%zz",
+    ] {
+        let (s, _, body) = send(
+            http.get(format!("{base}/dbs"))
+                .header("x-ms-date", DATE)
+                .header("authorization", token),
+        )
+        .await;
+        assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    }
+    // Auth comes first: an unknown path without a signature is a 401, not a 404.
+    let (s, _, _) = send(http.get(format!("{base}/nowhere"))).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_errors_and_headers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    setup(&http, base, "shop", "orders").await;
+    let docs = "/dbs/shop/colls/orders/docs";
+    let link = "dbs/shop/colls/orders";
+    let post = || signed(&http, base, Method::POST, docs, "docs", link);
+    let item = |id: &str| (format!("{docs}/{id}"), format!("{link}/docs/{id}"));
+
+    // Create: 201, etag header = body _etag, 409 on a duplicate.
+    let (s, h, body) = send(
+        post()
+            .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+            .js(&json!({"id": "a", "pk": "C1", "n": 1})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let etag = body["_etag"].as_str().expect("etag").to_owned();
+    assert_eq!(h["etag"], etag.as_str());
+    assert_eq!(h["content-type"], "application/json");
+    let (s, _, body) = send(post().js(&json!({"id": "a", "pk": "C1"}))).await;
+    assert_cosmos_error(s, &body, StatusCode::CONFLICT, "Conflict");
+    // A partition key header that differs from the body's: 400, nothing written.
+    let (s, _, body) = send(
+        post()
+            .header("x-ms-documentdb-partitionkey", "[\"C2\"]")
+            .js(&json!({"id": "b", "pk": "C1"})),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+
+    // Read: needs the partition key; If-None-Match with the etag: 304.
+    let (p, l) = item("a");
+    let get = |pk: Option<&str>| {
+        let rb = signed(&http, base, Method::GET, &p, "docs", &l);
+        match pk {
+            Some(pk) => rb.header("x-ms-documentdb-partitionkey", pk.to_owned()),
+            None => rb,
+        }
+    };
+    let (s, _, body) = send(get(Some("[\"C1\"]"))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(body["n"], 1);
+    let (s, _, body) = send(get(None)).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    for bad in ["C1", "[\"C1\", 2]", "[[1]]", "{}"] {
+        let (s, _, body) = send(get(Some(bad))).await;
+        assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    }
+    let (s, _, _) = send(get(Some("[\"C1\"]")).header("if-none-match", etag.clone())).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+    let (s, _, body) = send(get(Some("[\"C9\"]"))).await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+
+    // Replace with a stale If-Match: 412; upsert; delete 204 then 404.
+    let put = || {
+        signed(&http, base, Method::PUT, &p, "docs", &l)
+            .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+    };
+    let (s, _, body) = send(put().js(&json!({"id": "a", "pk": "C1", "n": 2}))).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let (s, _, body) = send(
+        put()
+            .header("if-match", etag.clone())
+            .js(&json!({"id": "a", "pk": "C1", "n": 3})),
+    )
+    .await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PRECONDITION_FAILED,
+        "PreconditionFailed",
+    );
+    let (s, _, body) = send(
+        post()
+            .header("x-ms-documentdb-is-upsert", "true")
+            .js(&json!({"id": "a", "pk": "C1", "n": 4})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["n"], 4);
+    let del = || {
+        signed(&http, base, Method::DELETE, &p, "docs", &l)
+            .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+    };
+    let (s, _, body) = send(del()).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    assert_eq!(body, Value::Null);
+    let (s, _, body) = send(del()).await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+
+    // Malformed bodies and headers.
+    let (s, _, body) = send(post().body("{not json")).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(post().js(&json!([1, 2]))).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(post().js(&json!({"id": "t", "pk": "C1", "ttl": 0}))).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    assert!(body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("The input ttl '0' is invalid")));
+    let (s, _, body) = send(
+        post()
+            .header("x-ms-documentdb-is-upsert", "maybe")
+            .js(&json!({"id": "t", "pk": "C1"})),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    // Over the body limit: 413 without reading it all; an item over 2 MiB: 413 too.
+    let (s, _, body) = send(post().body(vec![b' '; 5 * 1024 * 1024])).await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+    );
+    let big = json!({"id": "big", "pk": "C1", "blob": "x".repeat(2 * 1024 * 1024 + 1)});
+    let (s, _, body) = send(post().js(&big)).await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+    );
+    // A query with a content type that is not a query's: 415.
+    let (s, _, body) = send(
+        post()
+            .header("x-ms-documentdb-isquery", "true")
+            .header("content-type", "text/plain")
+            .body("{\"query\": \"SELECT * FROM c\"}"),
+    )
+    .await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UnsupportedMediaType",
+    );
+    // Unknown paths, bad escapes, methods a resource does not have.
+    let (s, _, body) = send(signed(
+        &http,
+        base,
+        Method::GET,
+        "/dbs/shop/users",
+        "users",
+        "dbs/shop",
+    ))
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+    let (s, _, body) = send(signed(
+        &http,
+        base,
+        Method::GET,
+        "/dbs/%zz",
+        "dbs",
+        "dbs/%zz",
+    ))
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(signed(&http, base, Method::PUT, "/dbs", "dbs", "")).await;
+    assert_cosmos_error(s, &body, StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed");
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/nope/colls/x/docs/y",
+            "docs",
+            "dbs/nope/colls/x/docs/y",
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_page_and_ranges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    setup(&http, base, "shop", "orders").await;
+    let docs = "/dbs/shop/colls/orders/docs";
+    let link = "dbs/shop/colls/orders";
+    for i in 0..5 {
+        let (s, _, _) =
+            send(signed(&http, base, Method::POST, docs, "docs", link).js(
+                &json!({"id": format!("i{i}"), "pk": if i % 2 == 0 { "A" } else { "B" }, "n": i}),
+            ))
+            .await;
+        assert_eq!(s, StatusCode::CREATED);
+    }
+    let query = |body: Value| {
+        signed(&http, base, Method::POST, docs, "docs", link)
+            .header("x-ms-documentdb-isquery", "true")
+            .header("content-type", "application/query+json")
+            .body(body.to_string())
+    };
+    let q = json!({"query": "SELECT VALUE c.n FROM c WHERE c.n >= @min ORDER BY c.n",
+                   "parameters": [{"name": "@min", "value": 1}]});
+    // Without a partition key or range: substatus 1004, as the gateway answers.
+    let (s, h, body) = send(query(q.clone())).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    assert_eq!(h["x-ms-substatus"], "1004");
+    // The query plan asks the SDK for no work of its own, over the whole range.
+    let (s, _, plan) = send(
+        signed(&http, base, Method::POST, docs, "docs", link)
+            .header("x-ms-cosmos-is-query-plan-request", "True")
+            .header("content-type", "application/json")
+            .body(q.to_string()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(plan["queryInfo"]["orderBy"], json!([]));
+    assert_eq!(plan["queryRanges"][0]["max"], "FF");
+    // Against the one range, paged by 2 with continuations.
+    let mut rows = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut rb = query(q.clone())
+            .header("x-ms-documentdb-partitionkeyrangeid", "0")
+            .header("x-ms-max-item-count", "2");
+        if let Some(t) = &token {
+            rb = rb.header("x-ms-continuation", t.clone());
+        }
+        let (s, h, body) = send(rb).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        let docs = body["Documents"].as_array().expect("Documents").clone();
+        assert_eq!(h["x-ms-item-count"], docs.len().to_string().as_str());
+        assert!(docs.len() <= 2);
+        rows.extend(docs);
+        pages += 1;
+        token = h
+            .get("x-ms-continuation")
+            .map(|v| v.to_str().expect("text").to_owned());
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(rows, vec![json!(1), json!(2), json!(3), json!(4)]);
+    assert_eq!(pages, 2);
+    // One partition.
+    let (s, _, body) =
+        send(query(q.clone()).header("x-ms-documentdb-partitionkey", "[\"B\"]")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(body["Documents"], json!([1, 3]));
+    // A damaged continuation, a bad page size, a bad query: 400.
+    for (name, value) in [
+        ("x-ms-continuation", "garbage"),
+        ("x-ms-max-item-count", "0"),
+        ("x-ms-documentdb-partitionkeyrangeid", "7"),
+    ] {
+        let (s, _, body) = send(
+            query(q.clone())
+                .header("x-ms-documentdb-partitionkey", "[\"B\"]")
+                .header(name, value),
+        )
+        .await;
+        if name == "x-ms-documentdb-partitionkeyrangeid" {
+            // A partition key wins over a range id.
+            assert_eq!(s, StatusCode::OK, "{body}");
+        } else {
+            assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+        }
+    }
+    let (s, _, body) = send(
+        query(json!({"query": "SELECT FROM"})).header("x-ms-documentdb-partitionkeyrangeid", "0"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(
+        query(json!({"query": "SELECT * FROM c"}))
+            .header("x-ms-documentdb-partitionkeyrangeid", "7"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+
+    // Partition key ranges: one, then 304 for its etag.
+    let ranges = || {
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/pkranges",
+            "pkranges",
+            link,
+        )
+    };
+    let (s, h, body) = send(ranges()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(body["PartitionKeyRanges"][0]["id"], "0");
+    let tag = h["etag"].to_str().expect("etag").to_owned();
+    let (s, _, _) = send(ranges().header("if-none-match", tag)).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clients_lose_no_write_and_shutdown_syncs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Server::start(&data);
+    let http = reqwest::Client::new();
+    let base = server.base.clone();
+    setup(&http, &base, "shop", "orders").await;
+    const CLIENTS: usize = 16;
+    const WRITES: usize = 40;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let http = reqwest::Client::new();
+        let base = base.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for w in 0..WRITES {
+                let id = format!("c{c}-w{w}");
+                let (s, _, body) = send(
+                    signed(
+                        &http,
+                        &base,
+                        Method::POST,
+                        "/dbs/shop/colls/orders/docs",
+                        "docs",
+                        "dbs/shop/colls/orders",
+                    )
+                    .header("x-ms-documentdb-is-upsert", "true")
+                    .js(&json!({"id": id, "pk": format!("p{}", w % 4), "c": c, "w": w})),
+                )
+                .await;
+                assert_eq!(s, StatusCode::OK, "{body}");
+                acked.push((id, format!("p{}", w % 4)));
+                let path = format!("/dbs/shop/colls/orders/docs/{}", acked[acked.len() - 1].0);
+                let link = format!("dbs/shop/colls/orders/docs/{}", acked[acked.len() - 1].0);
+                let (s, _, body) = send(
+                    signed(&http, &base, Method::GET, &path, "docs", &link)
+                        .header("x-ms-documentdb-partitionkey", format!("[\"p{}\"]", w % 4)),
+                )
+                .await;
+                assert_eq!(s, StatusCode::OK, "{body}");
+                assert_eq!(body["w"], w);
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for t in tasks {
+        acked.extend(t.await.expect("client task"));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "{} upserts + {} reads from {CLIENTS} clients in {secs:.2} s ({:.0} requests/s)",
+        acked.len(),
+        acked.len(),
+        (2 * acked.len()) as f64 / secs
+    );
+    assert_eq!(acked.len(), CLIENTS * WRITES);
+
+    // Ctrl-C: exit 0 after syncing; every acknowledged write is there after a restart.
+    let (code, out) = server.interrupt();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("synced and closed"), "{out}");
+    let db = ebbdb::Database::open(data.join("shop")).expect("reopen");
+    let orders = db.container("orders").expect("container");
+    assert_eq!(orders.count().expect("count"), CLIENTS * WRITES);
+    for (id, pk) in &acked {
+        let v: Value = orders
+            .read_item(pk.as_str(), id)
+            .expect("acknowledged write");
+        assert_eq!(v["id"], id.as_str());
+    }
+    drop(orders);
+    drop(db);
+    // And the server serves the same directory again.
+    let again = Server::start(&data);
+    let (s, _, body) = send(signed(
+        &http,
+        &again.base,
+        Method::GET,
+        "/dbs/shop/colls/orders",
+        "colls",
+        "dbs/shop/colls/orders",
+    ))
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["id"], "orders");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_connections_do_not_hurt_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    // Half a request line; half the headers; a body shorter than its length; garbage.
+    for raw in [
+        &b"GET /dbs HT"[..],
+        b"POST /dbs HTTP/1.1\r\nHost: x\r\nContent-Le",
+        b"POST /dbs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"id\":",
+        b"\x00\x01\x02 not http at all\r\n\r\n",
+    ] {
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        s.write_all(raw).expect("write");
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    // Still serving.
+    let http = reqwest::Client::new();
+    let (s, _, body) = send(signed(&http, &server.base, Method::GET, "/", "", "")).await;
+    assert_eq!(s, StatusCode::OK);
+    let endpoint = body["writableLocations"][0]["databaseAccountEndpoint"]
+        .as_str()
+        .expect("endpoint");
+    assert_eq!(endpoint, format!("{}/", server.base));
+}
+
+#[test]
+fn a_locked_database_stops_the_server_from_starting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let held = ebbdb::Database::open(data.join("shop")).expect("create and hold");
+    let out = Command::new(env!("CARGO_BIN_EXE_ebbdb"))
+        .arg("serve")
+        .arg(&data)
+        .args(["--addr", "127.0.0.1:0"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("locked"));
+    drop(held);
+}
