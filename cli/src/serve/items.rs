@@ -25,6 +25,12 @@ pub fn documents(c: &Container, req: &Request, db: &str) -> Reply {
     let r = || -> Result<Reply, Reply> {
         match req.method {
             Method::POST => {
+                if req.header("x-ms-cosmos-is-batch-request")?.is_some() {
+                    return Err(Reply::error(
+                        StatusCode::NOT_IMPLEMENTED,
+                        "transactional batch is not supported by ebbdb serve yet",
+                    ));
+                }
                 if req.flag(names::IS_QUERY_PLAN)? {
                     return Ok(query_plan(req));
                 }
