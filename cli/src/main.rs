@@ -224,6 +224,11 @@ enum Command {
         /// DB emulator's well-known key.
         #[arg(long, value_name = "BASE64", default_value = serve::EMULATOR_KEY, hide_default_value = true)]
         key: String,
+        /// Seconds a client may take to send a request's headers, and again its body; a
+        /// slower one is disconnected (headers) or gets a 408 (body).
+        #[arg(long, value_name = "SECS", default_value_t = 30,
+              value_parser = clap::value_parser!(u64).range(1..=3600))]
+        request_timeout: u64,
     },
 }
 
@@ -347,6 +352,16 @@ fn run(command: Command) -> Result<(), fail::Failure> {
             batch_size as usize,
             json,
         ),
-        Command::Serve { dir, addr, key } => serve::run(&dir, &addr, &key),
+        Command::Serve {
+            dir,
+            addr,
+            key,
+            request_timeout,
+        } => serve::run(
+            &dir,
+            &addr,
+            &key,
+            std::time::Duration::from_secs(request_timeout),
+        ),
     }
 }

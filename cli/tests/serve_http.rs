@@ -28,10 +28,15 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path) -> Self {
+        Self::start_with(dir, &[])
+    }
+
+    fn start_with(dir: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ebbdb"))
             .arg("serve")
             .arg(dir)
             .args(["--addr", "127.0.0.1:0"])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -685,4 +690,99 @@ fn a_locked_database_stops_the_server_from_starting() {
     assert_eq!(out.status.code(), Some(5));
     assert!(String::from_utf8_lossy(&out.stderr).contains("locked"));
     drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start_with(&dir.path().join("data"), &["--request-timeout", "1"]);
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    // Headers that never end: the connection is closed after the timeout.
+    let started = Instant::now();
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    s.write_all(b"GET /dbs HTTP/1.1\r\nHost: x\r\n")
+        .expect("write");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut sink = Vec::new();
+    let _ = s.read_to_end(&mut sink);
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "the stalled connection stayed open for {waited:?}"
+    );
+    // A signed request whose body stalls: 408 with a Cosmos body.
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    let head = format!(
+        "POST /dbs HTTP/1.1\r\nHost: {addr}\r\nx-ms-date: {DATE}\r\nauthorization: {}\r\n\
+         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"id\":",
+        sign(KEY, "POST", "dbs", "")
+    );
+    s.write_all(head.as_bytes()).expect("write");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut reply = vec![0u8; 4096];
+    let n = s.read(&mut reply).expect("a reply");
+    let reply = String::from_utf8_lossy(&reply[..n]).to_string();
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("\"code\":\"RequestTimeout\""), "{reply}");
+    // The server still answers everyone else.
+    let http = reqwest::Client::new();
+    let (st, _, _) = send(signed(&http, &server.base, Method::GET, "/dbs", "dbs", "")).await;
+    assert_eq!(st, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_not_served_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    setup(&http, base, "shop", "orders").await;
+    let link = "dbs/shop/colls/orders";
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::PATCH,
+            "/dbs/shop/colls/orders/docs/a",
+            "docs",
+            "dbs/shop/colls/orders/docs/a",
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+        .js(&json!({"operations": [{"op": "set", "path": "/a", "value": 1}]})),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_IMPLEMENTED, "NotImplemented");
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::POST,
+            "/dbs/shop/colls/orders/docs",
+            "docs",
+            link,
+        )
+        .header("x-ms-cosmos-is-batch-request", "True")
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+        .js(&json!([{"operationType": "Create", "resourceBody": {"id": "a", "pk": "C1"}}])),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_IMPLEMENTED, "NotImplemented");
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/docs",
+            "docs",
+            link,
+        )
+        .header("a-im", "Incremental feed"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    assert!(body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("change feed")));
 }

@@ -48,13 +48,13 @@ use self::request::Request;
 /// The largest request body read (an item is at most 2 MiB; more is a 413 without reading
 /// the rest).
 const MAX_BODY: usize = 4 * 1024 * 1024;
-/// How long a client may take to send a request body.
-const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long requests in flight may take to finish after the shutdown signal.
 const DRAIN: Duration = Duration::from_secs(10);
 
 struct App {
     catalog: Catalog,
+    /// How long a client may take to send a request's headers, and then its body.
+    timeout: Duration,
     key: auth::MasterKey,
     local: std::net::SocketAddr,
 }
@@ -68,7 +68,7 @@ fn options() -> Result<ebbdb::Options, String> {
 /// # Errors
 /// A bad key (exit 2), a directory that is itself a database or is locked, an address that
 /// cannot be bound.
-pub fn run(dir: &Path, addr: &str, key: &str) -> Result<(), Failure> {
+pub fn run(dir: &Path, addr: &str, key: &str, timeout: Duration) -> Result<(), Failure> {
     let key = auth::MasterKey::from_base64(key)
         .map_err(|m| Failure::new(fail::USAGE, format!("--key: {m}")))?;
     if dir.join("MANIFEST").is_file() {
@@ -87,7 +87,7 @@ pub fn run(dir: &Path, addr: &str, key: &str) -> Result<(), Failure> {
         .thread_name("ebbdb-serve")
         .build()
         .map_err(|e| fail::io("the tokio runtime", e))?;
-    let served = runtime.block_on(serve(dir, addr, catalog, key));
+    let served = runtime.block_on(serve(dir, addr, catalog, key, timeout));
     // The runtime is gone once this returns, and with it every request's handle.
     drop(runtime);
     served
@@ -98,6 +98,7 @@ async fn serve(
     addr: &str,
     catalog: Catalog,
     key: auth::MasterKey,
+    timeout: Duration,
 ) -> Result<(), Failure> {
     let listener = TcpListener::bind(addr)
         .await
@@ -108,6 +109,7 @@ async fn serve(
     let n = catalog.list().len();
     let app = Arc::new(App {
         catalog,
+        timeout,
         key,
         local,
     });
@@ -117,25 +119,7 @@ async fn serve(
         if n == 1 { "" } else { "s" },
         dir.display()
     );
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        eprintln!("ebbdb serve: shutting down (finishing requests in flight)");
-        let _ = stop_tx.send(true);
-    });
-    let drained = async move {
-        let mut rx = stop_rx;
-        while !*rx.borrow() {
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-        tokio::time::sleep(DRAIN).await;
-    };
-    tokio::select! {
-        r = server => r.map_err(|e| fail::io("serving", e))?,
-        () = drained => eprintln!("ebbdb serve: requests still running after {DRAIN:?}; closing anyway"),
-    }
+    accept_until_shutdown(listener, router, timeout).await;
     let app = Arc::clone(&app);
     tokio::task::spawn_blocking(move || {
         let failures = app.catalog.sync_all();
@@ -154,6 +138,48 @@ async fn serve(
             format!("syncing database '{id}' at shutdown: {e}"),
         )),
     })
+}
+
+/// Serves connections until the shutdown signal, then lets them finish (at most [`DRAIN`]).
+/// Each connection is HTTP/1.1 with keep-alive; a client that takes longer than
+/// `timeout` to send a request's headers is disconnected.
+async fn accept_until_shutdown(listener: TcpListener, router: Router, timeout: Duration) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(timeout)
+        .keep_alive(true);
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let service = hyper_util::service::TowerToHyperService::new(router.clone());
+                    let conn = graceful.watch(http.serve_connection(io, service));
+                    tokio::spawn(async move {
+                        // A broken or timed-out connection ends here; the server goes on.
+                        let _ = conn.await;
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: report, breathe, go on.
+                    eprintln!("ebbdb serve: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            () = &mut signal => break,
+        }
+    }
+    drop(listener);
+    eprintln!("ebbdb serve: shutting down (finishing requests in flight)");
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(DRAIN) => {
+            eprintln!("ebbdb serve: requests still running after {DRAIN:?}; closing anyway");
+        }
+    }
 }
 
 async fn shutdown_signal() {
@@ -221,11 +247,11 @@ async fn one(app: &Arc<App>, req: axum::extract::Request) -> Reply {
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return too_large();
     }
-    let body = match tokio::time::timeout(BODY_TIMEOUT, read_body(body)).await {
+    let body = match tokio::time::timeout(app.timeout, read_body(body)).await {
         Err(_) => {
             return Reply::error(
                 StatusCode::REQUEST_TIMEOUT,
-                format!("the request body did not arrive within {BODY_TIMEOUT:?}"),
+                format!("the request body did not arrive within {:?}", app.timeout),
             )
         }
         Ok(Err(r)) => return r,
