@@ -243,6 +243,66 @@ def test_ttl_one_second_is_exact(client):
     db.delete_container(c)
 
 
+def wait_until(unix_secs):
+    """Sleeps until the wall clock has passed `unix_secs` (by a hair)."""
+    while time.time() < unix_secs + 0.02:
+        time.sleep(0.02)
+
+
+def test_ttl_rules_on_the_real_clock(client):
+    # Contract §2 over the wire, with 1-2 second TTLs: container 1 s / -1 / off, an upsert
+    # restarting the countdown, turning TTL on over old items, queries and counts without
+    # expired items, re-creation after expiry. About 3 s of real time.
+    db = client.create_database_if_not_exists("sdk")
+    tag = uuid.uuid4().hex[:6]
+    short = db.create_container("short" + tag, PartitionKey("/pk"), default_ttl=1)
+    never = db.create_container("never" + tag, PartitionKey("/pk"), default_ttl=-1)
+    off = db.create_container("off" + tag, PartitionKey("/pk"))
+    a = short.create_item({"id": "inherits", "pk": "p"})
+    short.create_item({"id": "forever", "pk": "p", "ttl": -1})
+    never.create_item({"id": "inherits", "pk": "p"})
+    b = never.create_item({"id": "own", "pk": "p", "ttl": 1})
+    u = never.create_item({"id": "restarted", "pk": "p", "ttl": 2})
+    c = off.create_item({"id": "own", "pk": "p", "ttl": 1})
+
+    # An upsert in a later second restarts the 2 s countdown.
+    wait_until(u["_ts"] + 1)
+    u2 = never.upsert_item({"id": "restarted", "pk": "p", "ttl": 2})
+    assert u2["_ts"] > u["_ts"]
+    wait_until(max(a["_ts"], b["_ts"], c["_ts"], u["_ts"] + 1) + 1)
+    if time.time() < u2["_ts"] + 2 - 0.1:
+        assert never.read_item("restarted", partition_key="p")["ttl"] == 2
+    # Container 1 s: the inheriting item is gone, the `ttl: -1` one stays.
+    assert status_of(lambda: short.read_item("inherits", partition_key="p")) == 404
+    assert short.read_item("forever", partition_key="p")["ttl"] == -1
+    # Container -1: only items with their own ttl expire.
+    assert never.read_item("inherits", partition_key="p")["id"] == "inherits"
+    assert status_of(lambda: never.read_item("own", partition_key="p")) == 404
+    # TTL off: an item's own ttl is ignored...
+    assert off.read_item("own", partition_key="p")["ttl"] == 1
+    # ...until TTL is turned on: then it is past due at once.
+    db.replace_container(off, PartitionKey("/pk"), default_ttl=-1)
+    assert status_of(lambda: off.read_item("own", partition_key="p")) == 404
+    # Queries and counts never see expired items.
+    assert list(short.query_items("SELECT VALUE c.id FROM c", partition_key="p")) == ["forever"]
+    before = time.time()
+    n = list(never.query_items("SELECT VALUE COUNT(1) FROM c", enable_cross_partition_query=True))
+    after = time.time()
+    if after < u2["_ts"] + 2:
+        assert n == [2]  # "inherits" and "restarted"
+    elif before >= u2["_ts"] + 2:
+        assert n == [1]
+    wait_until(u2["_ts"] + 2)
+    assert status_of(lambda: never.read_item("restarted", partition_key="p")) == 404
+    assert list(never.query_items("SELECT VALUE COUNT(1) FROM c",
+                                  enable_cross_partition_query=True)) == [1]
+    # Re-created after expiry as if it had never existed.
+    again = short.create_item({"id": "inherits", "pk": "p", "ttl": 60})
+    assert again["ttl"] == 60
+    for container in (short, never, off):
+        db.delete_container(container)
+
+
 def test_wrong_key_is_401(server):
     wrong = KEY[:10] + ("A" if KEY[10] != "A" else "B") + KEY[11:]
     with pytest.raises(exceptions.CosmosHttpResponseError) as e:
