@@ -463,6 +463,9 @@ async fn queries_page_and_ranges() {
     let (s, h, body) = send(query(q.clone())).await;
     assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
     assert_eq!(h["x-ms-substatus"], "1004");
+    let info: Value = serde_json::from_str(body["additionalErrorInfo"].as_str().expect("plan"))
+        .expect("the plan is JSON text");
+    assert_eq!(info["queryRanges"][0]["min"], "");
     // The query plan asks the SDK for no work of its own, over the whole range.
     let (s, _, plan) = send(
         signed(&http, base, Method::POST, docs, "docs", link)

@@ -190,13 +190,22 @@ fn query(c: &Container, req: &Request, db: &str) -> Result<Reply, Reply> {
                 // As the Azure gateway does for a query it does not run across partitions
                 // itself: the SDK then asks for the query plan and sends the query to each
                 // partition key range (here, the one range).
-                return Err(Reply::error(
+                // The body carries the plan too (`additionalErrorInfo`, a JSON string): the
+                // JavaScript SDK asks for the plan only when it finds that field.
+                let mut reply = Reply::error(
                     StatusCode::BAD_REQUEST,
                     "The provided cross partition query can not be directly served by the \
                      gateway. This is a first chance (internal) exception that all newer \
                      clients will know how to handle gracefully.",
                 )
-                .header("x-ms-substatus", CROSS_PARTITION_QUERY_NOT_SERVABLE));
+                .header("x-ms-substatus", CROSS_PARTITION_QUERY_NOT_SERVABLE);
+                if let Some(Value::Object(body)) = reply.body.as_mut() {
+                    body.insert(
+                        "additionalErrorInfo".to_owned(),
+                        Value::String(plan().to_string()),
+                    );
+                }
+                return Err(reply);
             }
         }
     }
@@ -266,7 +275,12 @@ fn query_plan(req: &Request) -> Reply {
     if let Err(r) = req.json().and_then(|b| parse_query(&b)) {
         return r;
     }
-    Reply::ok(json!({
+    Reply::ok(plan())
+}
+
+/// The one plan every query gets (see [`query_plan`]).
+fn plan() -> Value {
+    json!({
         "partitionedQueryExecutionInfoVersion": 2,
         "queryInfo": {
             "distinctType": "None",
@@ -285,7 +299,7 @@ fn query_plan(req: &Request) -> Reply {
             "hasNonStreamingOrderBy": false
         },
         "queryRanges": [{"min": "", "max": "FF", "isMinInclusive": true, "isMaxInclusive": false}]
-    }))
+    })
 }
 
 #[cfg(test)]
