@@ -1,188 +1,21 @@
 //! `ebbdb serve` over real HTTP (reqwest): master-key auth, Cosmos error bodies and headers,
-//! malformed requests, paging, many concurrent clients with no lost write, graceful shutdown
-//! that syncs (data there after a restart), and a locked database directory.
+//! malformed requests, queries and paging, many concurrent clients with no lost write,
+//! graceful shutdown that syncs (data there after a restart), what is not served.
 //!
 //! Each test starts the built binary on a free port in its own temporary directory and signs
-//! its requests the way the SDKs do (HMAC-SHA256 over verb, resource type, link and date).
+//! its requests the way the SDKs do (`serve_common`).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod serve_common;
+
+use std::time::Instant;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use hmac::{Hmac, Mac};
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use sha2::Sha256;
 
-const KEY: &str =
-    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==";
-const DATE: &str = "Mon, 23 Nov 2026 08:00:00 GMT";
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(dir: &Path) -> Self {
-        Self::start_with(dir, &[])
-    }
-
-    fn start_with(dir: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ebbdb"))
-            .arg("serve")
-            .arg(dir)
-            .args(["--addr", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start ebbdb serve");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("stdout");
-        let mut reader = BufReader::new(stdout);
-        reader.read_line(&mut line).expect("first line");
-        let base = line
-            .split("listening on ")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .trim_end_matches('/')
-            .to_owned();
-        child.stdout = Some(reader.into_inner());
-        Self { child, base }
-    }
-
-    /// Ctrl-C, then the exit status and what it printed.
-    fn interrupt(mut self) -> (Option<i32>, String) {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .expect("kill");
-        assert!(sent.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("wait") {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not stop on Ctrl-C"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut out = String::new();
-        if let Some(mut o) = self.child.stdout.take() {
-            let _ = o.read_to_string(&mut out);
-        }
-        (status.code(), out)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn sign(key: &str, verb: &str, resource_type: &str, link: &str) -> String {
-    let text = format!(
-        "{}\n{}\n{}\n{}\n\n",
-        verb.to_lowercase(),
-        resource_type,
-        link,
-        DATE.to_lowercase()
-    );
-    let mut mac =
-        Hmac::<Sha256>::new_from_slice(&STANDARD.decode(key).expect("key")).expect("hmac");
-    mac.update(text.as_bytes());
-    let sig = STANDARD.encode(mac.finalize().into_bytes());
-    let token = format!("type=master&ver=1.0&sig={sig}");
-    token
-        .replace('%', "%25")
-        .replace('=', "%3D")
-        .replace('&', "%26")
-        .replace('+', "%2B")
-        .replace('/', "%2F")
-}
-
-/// A signed request: `path` as sent, `resource_type` and `link` as signed.
-fn signed(
-    http: &reqwest::Client,
-    base: &str,
-    method: Method,
-    path: &str,
-    resource_type: &str,
-    link: &str,
-) -> reqwest::RequestBuilder {
-    http.request(method.clone(), format!("{base}{path}"))
-        .header("x-ms-date", DATE)
-        .header("x-ms-version", "2018-12-31")
-        .header(
-            "authorization",
-            sign(KEY, method.as_str(), resource_type, link),
-        )
-}
-
-/// A JSON body (reqwest's own `json` needs a feature this test does not pull in).
-trait JsonBody {
-    fn js(self, v: &Value) -> Self;
-}
-
-impl JsonBody for reqwest::RequestBuilder {
-    fn js(self, v: &Value) -> Self {
-        self.header("content-type", "application/json")
-            .body(v.to_string())
-    }
-}
-
-async fn send(rb: reqwest::RequestBuilder) -> (StatusCode, reqwest::header::HeaderMap, Value) {
-    let resp = rb.send().await.expect("send");
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let bytes = resp.bytes().await.expect("body");
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)))
-    };
-    (status, headers, body)
-}
-
-/// Creates database `db` and container `coll` (partition key `/pk`).
-async fn setup(http: &reqwest::Client, base: &str, db: &str, coll: &str) {
-    let (s, _, _) =
-        send(signed(http, base, Method::POST, "/dbs", "dbs", "").js(&json!({"id": db}))).await;
-    assert_eq!(s, StatusCode::CREATED);
-    let (s, _, _) = send(
-        signed(
-            http,
-            base,
-            Method::POST,
-            &format!("/dbs/{db}/colls"),
-            "colls",
-            &format!("dbs/{db}"),
-        )
-        .js(&json!({"id": coll, "partitionKey": {"paths": ["/pk"], "kind": "Hash", "version": 2}})),
-    )
-    .await;
-    assert_eq!(s, StatusCode::CREATED);
-}
-
-fn assert_cosmos_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
-    assert_eq!(status, want, "{body}");
-    assert_eq!(body["code"], code, "{body}");
-    assert!(
-        body["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{body}"
-    );
-}
+use serve_common::{assert_cosmos_error, send, setup, sign, signed, JsonBody, Server, DATE, KEY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authorization() {
@@ -647,92 +480,6 @@ async fn concurrent_clients_lose_no_write_and_shutdown_syncs() {
     .await;
     assert_eq!(s, StatusCode::OK, "{body}");
     assert_eq!(body["id"], "orders");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn broken_connections_do_not_hurt_the_server() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("data"));
-    let addr = server.base.trim_start_matches("http://").to_owned();
-    // Half a request line; half the headers; a body shorter than its length; garbage.
-    for raw in [
-        &b"GET /dbs HT"[..],
-        b"POST /dbs HTTP/1.1\r\nHost: x\r\nContent-Le",
-        b"POST /dbs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"id\":",
-        b"\x00\x01\x02 not http at all\r\n\r\n",
-    ] {
-        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
-        s.write_all(raw).expect("write");
-        let _ = s.shutdown(std::net::Shutdown::Write);
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        let mut sink = Vec::new();
-        let _ = s.read_to_end(&mut sink);
-    }
-    // Still serving.
-    let http = reqwest::Client::new();
-    let (s, _, body) = send(signed(&http, &server.base, Method::GET, "/", "", "")).await;
-    assert_eq!(s, StatusCode::OK);
-    let endpoint = body["writableLocations"][0]["databaseAccountEndpoint"]
-        .as_str()
-        .expect("endpoint");
-    assert_eq!(endpoint, format!("{}/", server.base));
-}
-
-#[test]
-fn a_locked_database_stops_the_server_from_starting() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
-    let held = ebbdb::Database::open(data.join("shop")).expect("create and hold");
-    let out = Command::new(env!("CARGO_BIN_EXE_ebbdb"))
-        .arg("serve")
-        .arg(&data)
-        .args(["--addr", "127.0.0.1:0"])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(5));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("locked"));
-    drop(held);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slow_clients_are_cut_off() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start_with(&dir.path().join("data"), &["--request-timeout", "1"]);
-    let addr = server.base.trim_start_matches("http://").to_owned();
-    // Headers that never end: the connection is closed after the timeout.
-    let started = Instant::now();
-    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
-    s.write_all(b"GET /dbs HTTP/1.1\r\nHost: x\r\n")
-        .expect("write");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut sink = Vec::new();
-    let _ = s.read_to_end(&mut sink);
-    let waited = started.elapsed();
-    assert!(
-        waited < Duration::from_secs(5),
-        "the stalled connection stayed open for {waited:?}"
-    );
-    // A signed request whose body stalls: 408 with a Cosmos body.
-    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
-    let head = format!(
-        "POST /dbs HTTP/1.1\r\nHost: {addr}\r\nx-ms-date: {DATE}\r\nauthorization: {}\r\n\
-         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"id\":",
-        sign(KEY, "POST", "dbs", "")
-    );
-    s.write_all(head.as_bytes()).expect("write");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut reply = vec![0u8; 4096];
-    let n = s.read(&mut reply).expect("a reply");
-    let reply = String::from_utf8_lossy(&reply[..n]).to_string();
-    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
-    assert!(reply.contains("\"code\":\"RequestTimeout\""), "{reply}");
-    // The server still answers everyone else.
-    let http = reqwest::Client::new();
-    let (st, _, _) = send(signed(&http, &server.base, Method::GET, "/dbs", "dbs", "")).await;
-    assert_eq!(st, StatusCode::OK);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,9 +45,11 @@ use self::path::Resource;
 use self::reply::Reply;
 use self::request::Request;
 
-/// The largest request body read (an item is at most 2 MiB; more is a 413 without reading
-/// the rest).
+/// The largest request body kept (an item is at most 2 MiB); a larger one is a 413.
 const MAX_BODY: usize = 4 * 1024 * 1024;
+/// How much of a too-large body is read (and dropped) before the 413, so the client reads the
+/// answer instead of a broken pipe; a body declared larger is refused at once.
+const MAX_DRAINED: usize = 64 * 1024 * 1024;
 /// How long requests in flight may take to finish after the shutdown signal.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -244,7 +246,7 @@ async fn one(app: &Arc<App>, req: axum::extract::Request) -> Reply {
         .get("content-length")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+    if declared.is_some_and(|n| n > MAX_DRAINED as u64) {
         return too_large();
     }
     let body = match tokio::time::timeout(app.timeout, read_body(body)).await {
@@ -282,12 +284,16 @@ fn too_large() -> Reply {
     )
 }
 
-/// Reads the body, stopping with a 413 as soon as it passes [`MAX_BODY`].
+/// Reads the body; past [`MAX_BODY`] it keeps reading without keeping (up to
+/// [`MAX_DRAINED`]) and then answers 413, so a client still sending its body gets the 413
+/// rather than a broken pipe.
 async fn read_body(mut body: Body) -> Result<Vec<u8>, Reply> {
     let mut out = Vec::new();
+    let mut dropped = 0usize;
     loop {
         let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
         match frame {
+            None if dropped > 0 => return Err(too_large()),
             None => return Ok(out),
             Some(Err(e)) => {
                 return Err(Reply::error(
@@ -297,10 +303,15 @@ async fn read_body(mut body: Body) -> Result<Vec<u8>, Reply> {
             }
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    if out.len() + data.len() > MAX_BODY {
-                        return Err(too_large());
+                    if dropped > 0 || out.len() + data.len() > MAX_BODY {
+                        dropped += out.len() + data.len();
+                        out = Vec::new();
+                        if dropped > MAX_DRAINED {
+                            return Err(too_large());
+                        }
+                    } else {
+                        out.extend_from_slice(data);
                     }
-                    out.extend_from_slice(data);
                 }
             }
         }

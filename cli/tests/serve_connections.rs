@@ -1,0 +1,241 @@
+//! `ebbdb serve` under connection trouble and load: broken and half-closed connections,
+//! clients that stall their headers or body, a locked database directory, and a load run
+//! (concurrent clients for a bounded time: requests/s and p99 latency of point reads and
+//! upserts, then every acknowledged write checked after Ctrl-C).
+
+mod serve_common;
+
+use std::io::{Read, Write};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use serve_common::{send, setup, sign, signed, JsonBody, Server, DATE, KEY};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_connections_do_not_hurt_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    // Half a request line; half the headers; a body shorter than its length; garbage.
+    for raw in [
+        &b"GET /dbs HT"[..],
+        b"POST /dbs HTTP/1.1\r\nHost: x\r\nContent-Le",
+        b"POST /dbs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"id\":",
+        b"\x00\x01\x02 not http at all\r\n\r\n",
+    ] {
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        s.write_all(raw).expect("write");
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    // Still serving.
+    let http = reqwest::Client::new();
+    let (s, _, body) = send(signed(&http, &server.base, Method::GET, "/", "", "")).await;
+    assert_eq!(s, StatusCode::OK);
+    let endpoint = body["writableLocations"][0]["databaseAccountEndpoint"]
+        .as_str()
+        .expect("endpoint");
+    assert_eq!(endpoint, format!("{}/", server.base));
+}
+
+#[test]
+fn a_locked_database_stops_the_server_from_starting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let held = ebbdb::Database::open(data.join("shop")).expect("create and hold");
+    let out = Command::new(env!("CARGO_BIN_EXE_ebbdb"))
+        .arg("serve")
+        .arg(&data)
+        .args(["--addr", "127.0.0.1:0"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("locked"));
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start_with(&dir.path().join("data"), &["--request-timeout", "1"]);
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    // Headers that never end: the connection is closed after the timeout.
+    let started = Instant::now();
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    s.write_all(b"GET /dbs HTTP/1.1\r\nHost: x\r\n")
+        .expect("write");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut sink = Vec::new();
+    let _ = s.read_to_end(&mut sink);
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "the stalled connection stayed open for {waited:?}"
+    );
+    // A signed request whose body stalls: 408 with a Cosmos body.
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    let head = format!(
+        "POST /dbs HTTP/1.1\r\nHost: {addr}\r\nx-ms-date: {DATE}\r\nauthorization: {}\r\n\
+         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"id\":",
+        sign(KEY, "POST", "dbs", "")
+    );
+    s.write_all(head.as_bytes()).expect("write");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut reply = vec![0u8; 4096];
+    let n = s.read(&mut reply).expect("a reply");
+    let reply = String::from_utf8_lossy(&reply[..n]).to_string();
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("\"code\":\"RequestTimeout\""), "{reply}");
+    // A body declared far too large: 413 at once, without waiting for it.
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    let head = format!(
+        "POST /dbs HTTP/1.1\r\nHost: {addr}\r\nx-ms-date: {DATE}\r\nauthorization: {}\r\n\
+         content-type: application/json\r\ncontent-length: 104857600\r\n\r\n{{",
+        sign(KEY, "POST", "dbs", "")
+    );
+    s.write_all(head.as_bytes()).expect("write");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut reply = vec![0u8; 4096];
+    let n = s.read(&mut reply).expect("a reply");
+    let reply = String::from_utf8_lossy(&reply[..n]).to_string();
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    assert!(reply.contains("RequestEntityTooLarge"), "{reply}");
+    // The server still answers everyone else.
+    let http = reqwest::Client::new();
+    let (st, _, _) = send(signed(&http, &server.base, Method::GET, "/dbs", "dbs", "")).await;
+    assert_eq!(st, StatusCode::OK);
+}
+
+/// Milliseconds at quantile `q` of sorted latencies.
+fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1000.0
+}
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The load run: `EBBDB_SERVE_LOAD_CLIENTS` clients (default 8) for `EBBDB_SERVE_LOAD_SECS`
+/// seconds (default 2), each alternating an upsert of one of its own 50 ids (a counter as the
+/// value) and a point read of one of them. No request may fail, and after Ctrl-C every id
+/// must hold the last value its client had acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn load_point_reads_and_upserts_lose_nothing() {
+    let clients = env_or("EBBDB_SERVE_LOAD_CLIENTS", 8) as usize;
+    let secs = env_or("EBBDB_SERVE_LOAD_SECS", 2);
+    const IDS: usize = 50;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Server::start(&data);
+    let http = reqwest::Client::new();
+    setup(&http, &server.base, "load", "items").await;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let base = server.base.clone();
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut last = vec![None::<u64>; IDS];
+            let (mut reads, mut writes) = (Vec::new(), Vec::new());
+            let mut n: u64 = 0;
+            while Instant::now() < until {
+                let slot = (n as usize) % IDS;
+                let id = format!("c{c}-{slot}");
+                let pk = format!("p{}", slot % 5);
+                let t = Instant::now();
+                let (s, _, body) = send(
+                    signed(
+                        &http,
+                        &base,
+                        Method::POST,
+                        "/dbs/load/colls/items/docs",
+                        "docs",
+                        "dbs/load/colls/items",
+                    )
+                    .header("x-ms-documentdb-is-upsert", "true")
+                    .js(&json!({"id": id, "pk": pk, "v": n})),
+                )
+                .await;
+                writes.push(t.elapsed());
+                assert_eq!(s, StatusCode::OK, "{body}");
+                last[slot] = Some(n);
+                let read_slot = (n as usize * 7) % IDS;
+                if let Some(want) = last[read_slot] {
+                    let id = format!("c{c}-{read_slot}");
+                    let path = format!("/dbs/load/colls/items/docs/{id}");
+                    let link = format!("dbs/load/colls/items/docs/{id}");
+                    let t = Instant::now();
+                    let (s, _, body) = send(
+                        signed(&http, &base, Method::GET, &path, "docs", &link).header(
+                            "x-ms-documentdb-partitionkey",
+                            format!("[\"p{}\"]", read_slot % 5),
+                        ),
+                    )
+                    .await;
+                    reads.push(t.elapsed());
+                    assert_eq!(s, StatusCode::OK, "{body}");
+                    assert_eq!(
+                        body["v"], want,
+                        "a read saw another value than the last write"
+                    );
+                }
+                n += 1;
+            }
+            (c, last, reads, writes)
+        }));
+    }
+    let (mut reads, mut writes, mut acked) = (Vec::new(), Vec::new(), Vec::new());
+    for t in tasks {
+        let (c, last, r, w) = t.await.expect("client");
+        reads.extend(r);
+        writes.extend(w);
+        acked.push((c, last));
+    }
+    reads.sort();
+    writes.sort();
+    let total = (reads.len() + writes.len()) as f64;
+    eprintln!(
+        "load: {clients} clients, {secs} s: {:.0} requests/s; point reads {} (p50 {:.2} ms, p99 {:.2} ms), upserts {} (p50 {:.2} ms, p99 {:.2} ms), 0 errors",
+        total / secs as f64,
+        reads.len(),
+        quantile_ms(&reads, 0.5),
+        quantile_ms(&reads, 0.99),
+        writes.len(),
+        quantile_ms(&writes, 0.5),
+        quantile_ms(&writes, 0.99),
+    );
+    assert!(!reads.is_empty() && !writes.is_empty());
+    let (code, out) = server.interrupt();
+    assert_eq!(code, Some(0), "{out}");
+    // Every acknowledged write, after Ctrl-C and a reopen.
+    let db = ebbdb::Database::open(data.join("load")).expect("reopen");
+    let items = db.container("items").expect("container");
+    let mut checked = 0;
+    for (c, last) in acked {
+        for (slot, want) in last.iter().enumerate() {
+            let Some(want) = want else { continue };
+            let v: Value = items
+                .read_item(format!("p{}", slot % 5), &format!("c{c}-{slot}"))
+                .expect("an acknowledged write");
+            assert_eq!(v["v"], *want);
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
+}
