@@ -131,24 +131,24 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The load run: `EBBDB_SERVE_LOAD_CLIENTS` clients (default 8) for `EBBDB_SERVE_LOAD_SECS`
-/// seconds (default 2), each alternating an upsert of one of its own 50 ids (a counter as the
-/// value) and a point read of one of them. No request may fail, and after Ctrl-C every id
-/// must hold the last value its client had acknowledged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn load_point_reads_and_upserts_lose_nothing() {
-    let clients = env_or("EBBDB_SERVE_LOAD_CLIENTS", 8) as usize;
-    let secs = env_or("EBBDB_SERVE_LOAD_SECS", 2);
-    const IDS: usize = 50;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
-    let server = Server::start(&data);
-    let http = reqwest::Client::new();
-    setup(&http, &server.base, "load", "items").await;
+/// Latencies of point reads and upserts, and per client the last value acknowledged for each
+/// of its ids.
+struct Run {
+    reads: Vec<Duration>,
+    writes: Vec<Duration>,
+    acked: Vec<(usize, Vec<Option<u64>>)>,
+}
+
+const IDS: usize = 50;
+
+/// `clients` clients for `secs` seconds against `base` (database `load`, container `items`),
+/// each alternating an upsert of one of its own [`IDS`] ids (a counter as the value) and a
+/// point read of one of them, which must see the last value written.
+async fn drive(base: &str, clients: usize, secs: u64) -> Run {
     let until = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let base = server.base.clone();
+        let base = base.to_owned();
         tasks.push(tokio::spawn(async move {
             let http = reqwest::Client::new();
             let mut last = vec![None::<u64>; IDS];
@@ -169,11 +169,12 @@ async fn load_point_reads_and_upserts_lose_nothing() {
                         "dbs/load/colls/items",
                     )
                     .header("x-ms-documentdb-is-upsert", "true")
+                    .header("x-ms-documentdb-partitionkey", format!("[\"{pk}\"]"))
                     .js(&json!({"id": id, "pk": pk, "v": n})),
                 )
                 .await;
                 writes.push(t.elapsed());
-                assert_eq!(s, StatusCode::OK, "{body}");
+                assert!(s.is_success(), "{s}: {body}");
                 last[slot] = Some(n);
                 let read_slot = (n as usize * 7) % IDS;
                 if let Some(want) = last[read_slot] {
@@ -200,34 +201,60 @@ async fn load_point_reads_and_upserts_lose_nothing() {
             (c, last, reads, writes)
         }));
     }
-    let (mut reads, mut writes, mut acked) = (Vec::new(), Vec::new(), Vec::new());
+    let mut run = Run {
+        reads: Vec::new(),
+        writes: Vec::new(),
+        acked: Vec::new(),
+    };
     for t in tasks {
         let (c, last, r, w) = t.await.expect("client");
-        reads.extend(r);
-        writes.extend(w);
-        acked.push((c, last));
+        run.reads.extend(r);
+        run.writes.extend(w);
+        run.acked.push((c, last));
     }
-    reads.sort();
-    writes.sort();
-    let total = (reads.len() + writes.len()) as f64;
+    run.reads.sort();
+    run.writes.sort();
+    run
+}
+
+fn report(who: &str, run: &Run, clients: usize, secs: u64) {
+    let total = (run.reads.len() + run.writes.len()) as f64;
     eprintln!(
-        "load: {clients} clients, {secs} s: {:.0} requests/s; point reads {} (p50 {:.2} ms, p99 {:.2} ms), upserts {} (p50 {:.2} ms, p99 {:.2} ms), 0 errors",
+        "load, {who}: {clients} clients, {secs} s: {:.0} requests/s; point reads {} (p50 {:.2} ms, p99 {:.2} ms), upserts {} (p50 {:.2} ms, p99 {:.2} ms), 0 errors",
         total / secs as f64,
-        reads.len(),
-        quantile_ms(&reads, 0.5),
-        quantile_ms(&reads, 0.99),
-        writes.len(),
-        quantile_ms(&writes, 0.5),
-        quantile_ms(&writes, 0.99),
+        run.reads.len(),
+        quantile_ms(&run.reads, 0.5),
+        quantile_ms(&run.reads, 0.99),
+        run.writes.len(),
+        quantile_ms(&run.writes, 0.5),
+        quantile_ms(&run.writes, 0.99),
     );
-    assert!(!reads.is_empty() && !writes.is_empty());
+}
+
+/// The load run: `EBBDB_SERVE_LOAD_CLIENTS` clients (default 8) for `EBBDB_SERVE_LOAD_SECS`
+/// seconds (default 2); no request may fail, and after Ctrl-C every id must hold the last
+/// value its client had acknowledged. With `EBBDB_SERVE_LOAD_PEER=http://host:port` the same
+/// load then runs against that server too (e.g. `@vercel/cosmosdb-server --no-ssl`), for a
+/// comparison in the same run (its writes are not checked on disk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn load_point_reads_and_upserts_lose_nothing() {
+    let clients = env_or("EBBDB_SERVE_LOAD_CLIENTS", 8) as usize;
+    let secs = env_or("EBBDB_SERVE_LOAD_SECS", 2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Server::start(&data);
+    let http = reqwest::Client::new();
+    setup(&http, &server.base, "load", "items").await;
+    let run = drive(&server.base, clients, secs).await;
+    report("ebbdb serve", &run, clients, secs);
+    assert!(!run.reads.is_empty() && !run.writes.is_empty());
     let (code, out) = server.interrupt();
     assert_eq!(code, Some(0), "{out}");
     // Every acknowledged write, after Ctrl-C and a reopen.
     let db = ebbdb::Database::open(data.join("load")).expect("reopen");
     let items = db.container("items").expect("container");
     let mut checked = 0;
-    for (c, last) in acked {
+    for (c, last) in &run.acked {
         for (slot, want) in last.iter().enumerate() {
             let Some(want) = want else { continue };
             let v: Value = items
@@ -238,4 +265,10 @@ async fn load_point_reads_and_upserts_lose_nothing() {
         }
     }
     assert!(checked > 0);
+    if let Ok(peer) = std::env::var("EBBDB_SERVE_LOAD_PEER") {
+        let peer = peer.trim_end_matches('/').to_owned();
+        setup(&http, &peer, "load", "items").await;
+        let run = drive(&peer, clients, secs).await;
+        report(&peer, &run, clients, secs);
+    }
 }
