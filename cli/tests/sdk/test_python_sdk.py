@@ -132,6 +132,20 @@ def test_crud_upsert_and_errors(container):
     assert status_of(lambda: c.read_item("SO2", partition_key="C1")) == 404
 
 
+def test_names_that_need_url_encoding(client):
+    # The SDK URL-encodes names in the path and signs them unencoded: ids with spaces, `+`,
+    # `%` and non-ASCII letters must round-trip through both.
+    db = client.create_database_if_not_exists("sdk é+%")
+    c = db.create_container_if_not_exists("cöll 1", PartitionKey("/pk"))
+    item_id = "a b+c%20é"
+    c.create_item({"id": item_id, "pk": "ü x"})
+    assert c.read_item(item_id, partition_key="ü x")["id"] == item_id
+    c.delete_item(item_id, partition_key="ü x")
+    assert status_of(lambda: c.read_item(item_id, partition_key="ü x")) == 404
+    assert "cöll 1" in [p["id"] for p in db.list_containers()]
+    client.delete_database(db)
+
+
 def test_etags_412(container):
     c = container
     first = c.create_item({"id": "e", "customerId": "C1", "v": 1})
