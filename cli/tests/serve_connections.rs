@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use serve_common::{send, setup, sign, signed, JsonBody, Server, DATE, KEY};
+use serve_common::{date, send, setup, sign, signed, JsonBody, Server, KEY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_connections_do_not_hurt_the_server() {
@@ -81,10 +81,11 @@ async fn slow_clients_are_cut_off() {
     );
     // A signed request whose body stalls: 408 with a Cosmos body.
     let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    let d = date();
     let head = format!(
-        "POST /dbs HTTP/1.1\r\nHost: {addr}\r\nx-ms-date: {DATE}\r\nauthorization: {}\r\n\
+        "POST /dbs HTTP/1.1\r\nHost: {addr}\r\nx-ms-date: {d}\r\nauthorization: {}\r\n\
          content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"id\":",
-        sign(KEY, "POST", "dbs", "")
+        sign(KEY, "POST", "dbs", "", &d)
     );
     s.write_all(head.as_bytes()).expect("write");
     s.set_read_timeout(Some(Duration::from_secs(10)))
@@ -96,10 +97,11 @@ async fn slow_clients_are_cut_off() {
     assert!(reply.contains("\"code\":\"RequestTimeout\""), "{reply}");
     // A body declared far too large: 413 at once, without waiting for it.
     let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    let d = date();
     let head = format!(
-        "POST /dbs HTTP/1.1\r\nHost: {addr}\r\nx-ms-date: {DATE}\r\nauthorization: {}\r\n\
+        "POST /dbs HTTP/1.1\r\nHost: {addr}\r\nx-ms-date: {d}\r\nauthorization: {}\r\n\
          content-type: application/json\r\ncontent-length: 104857600\r\n\r\n{{",
-        sign(KEY, "POST", "dbs", "")
+        sign(KEY, "POST", "dbs", "", &d)
     );
     s.write_all(head.as_bytes()).expect("write");
     s.set_read_timeout(Some(Duration::from_secs(10)))

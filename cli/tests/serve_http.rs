@@ -7,7 +7,7 @@
 
 mod serve_common;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -15,7 +15,7 @@ use base64::Engine;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use serve_common::{assert_cosmos_error, send, setup, sign, signed, JsonBody, Server, DATE, KEY};
+use serve_common::{assert_cosmos_error, date, send, setup, sign, signed, JsonBody, Server, KEY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authorization() {
@@ -34,40 +34,64 @@ async fn authorization() {
     ] {
         assert!(h.contains_key(name), "{name} missing");
     }
+    let d = date();
     // No authorization header.
-    let (s, _, body) = send(http.get(format!("{base}/dbs")).header("x-ms-date", DATE)).await;
+    let (s, _, body) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", d.clone()),
+    )
+    .await;
     assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
     // Signed with another key.
     let other = STANDARD.encode([7u8; 64]);
     let (s, _, body) = send(
         http.get(format!("{base}/dbs"))
-            .header("x-ms-date", DATE)
-            .header("authorization", sign(&other, "GET", "dbs", "")),
+            .header("x-ms-date", d.clone())
+            .header("authorization", sign(&other, "GET", "dbs", "", &d)),
     )
     .await;
     assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
     // A valid signature for another verb, resource or date does not carry over.
     let (s, _, _) = send(
         http.get(format!("{base}/dbs"))
-            .header("x-ms-date", DATE)
-            .header("authorization", sign(KEY, "POST", "dbs", "")),
+            .header("x-ms-date", d.clone())
+            .header("authorization", sign(KEY, "POST", "dbs", "", &d)),
     )
     .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     let (s, _, _) = send(
         http.get(format!("{base}/dbs/a"))
-            .header("x-ms-date", DATE)
-            .header("authorization", sign(KEY, "GET", "dbs", "dbs/b")),
+            .header("x-ms-date", d.clone())
+            .header("authorization", sign(KEY, "GET", "dbs", "dbs/b", &d)),
     )
     .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
     let (s, _, _) = send(
         http.get(format!("{base}/dbs"))
-            .header("x-ms-date", "Mon, 23 Nov 2026 08:00:01 GMT")
-            .header("authorization", sign(KEY, "GET", "dbs", "")),
+            .header("x-ms-date", later)
+            .header("authorization", sign(KEY, "GET", "dbs", "", &d)),
     )
     .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
+    // Correctly signed but dated 20 minutes ago (a replay), or with no date at all: 401.
+    let old = httpdate::fmt_http_date(std::time::SystemTime::now() - Duration::from_secs(20 * 60));
+    let (s, _, body) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", old.clone())
+            .header("authorization", sign(KEY, "GET", "dbs", "", &old)),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    assert!(body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("not valid at the current time")));
+    let (s, _, body) = send(
+        http.get(format!("{base}/dbs"))
+            .header("authorization", sign(KEY, "GET", "dbs", "", "")),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
     // Garbage tokens.
     for token in [
         "",
@@ -77,7 +101,7 @@ async fn authorization() {
     ] {
         let (s, _, body) = send(
             http.get(format!("{base}/dbs"))
-                .header("x-ms-date", DATE)
+                .header("x-ms-date", d.clone())
                 .header("authorization", token),
         )
         .await;

@@ -10,8 +10,9 @@
 //!
 //! `resourceLink` is the path of the resource the request addresses (for a feed or a create, the
 //! parent's path), with no leading or trailing `/`, its names as they are (case kept, not
-//! URL-encoded). This file owns the key, that text and the comparison (in constant time); it
-//! does not look at the clock (no `x-ms-date` skew check, see DESIGN §17).
+//! URL-encoded). This file owns the key, that text and the comparison (in constant time), and
+//! the freshness of the signed date: like Azure, a request dated more than 15 minutes from the
+//! server's clock is refused, so a captured request cannot be replayed later.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -135,6 +136,41 @@ pub fn check(key: &MasterKey, header: Option<&str>, signed: &Signed<'_>) -> Resu
     ))
 }
 
+/// How far a request's date may be from the server's clock.
+pub const MAX_SKEW: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Why the signed date is not acceptable at `now`: missing, not an HTTP date, or more than
+/// [`MAX_SKEW`] away. The date is `x-ms-date`, or `date` when that is absent.
+pub fn check_date(signed: &Signed<'_>, now: std::time::SystemTime) -> Result<(), String> {
+    let text = if signed.x_ms_date.is_empty() {
+        signed.date
+    } else {
+        signed.x_ms_date
+    };
+    if text.is_empty() {
+        return Err(
+            "The request has no x-ms-date (or date) header; the signed date is \
+                    required."
+                .to_owned(),
+        );
+    }
+    let at = httpdate::parse_http_date(text)
+        .map_err(|_| format!("The x-ms-date header '{text}' is not an HTTP date (RFC 1123)."))?;
+    let skew = match now.duration_since(at) {
+        Ok(d) => d,
+        Err(e) => e.duration(),
+    };
+    if skew > MAX_SKEW {
+        return Err(format!(
+            "The authorization token is not valid at the current time: the request is dated \
+             '{text}', the server's time is '{}' (at most {} minutes apart).",
+            httpdate::fmt_http_date(now),
+            MAX_SKEW.as_secs() / 60
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +241,25 @@ mod tests {
         assert!(check(&key, Some("type%3Daad%26ver%3D1.0%26sig%3Dabc"), &s).is_err());
         assert!(check(&key, Some("type%3Dmaster%26ver%3D1.0%26sig%3D%21%21"), &s).is_err());
         assert!(check(&key, Some("%zz"), &s).is_err());
+    }
+
+    #[test]
+    fn dates_within_fifteen_minutes() {
+        let now = httpdate::parse_http_date("Mon, 23 Nov 2026 08:00:00 GMT").expect("date");
+        let at = |x: &'static str, d: &'static str| Signed {
+            verb: "GET",
+            resource_type: "",
+            resource_link: "",
+            x_ms_date: x,
+            date: d,
+        };
+        assert!(check_date(&at("Mon, 23 Nov 2026 08:14:59 GMT", ""), now).is_ok());
+        assert!(check_date(&at("Mon, 23 Nov 2026 07:45:00 GMT", ""), now).is_ok());
+        assert!(check_date(&at("", "Mon, 23 Nov 2026 08:01:00 GMT"), now).is_ok());
+        assert!(check_date(&at("Mon, 23 Nov 2026 08:15:01 GMT", ""), now).is_err());
+        assert!(check_date(&at("Mon, 23 Nov 2026 07:44:59 GMT", ""), now).is_err());
+        assert!(check_date(&at("", ""), now).is_err());
+        assert!(check_date(&at("yesterday", ""), now).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! name and back. Sub-directories without a `MANIFEST`, and names that do not decode, are
 //! not databases and are left alone. Deleting a database removes it from the map, deletes its
 //! containers, syncs, renames the directory to `.deleted-…` (a name no id encodes to) and
-//! removes that; a request that still holds the old handle finishes against the unlinked
+//! removes that (a start finishes a removal that a crash interrupted); a request that still holds the old handle finishes against the unlinked
 //! files and cannot touch a database created again under the same id.
 
 use std::collections::BTreeMap;
@@ -118,6 +118,14 @@ impl Catalog {
             let dir = entry.path();
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
+            if name.starts_with(".deleted-") {
+                // A delete that stopped between its rename and its removal: finish it.
+                std::fs::remove_dir_all(&dir).map_err(|source| Error::Io {
+                    path: Some(dir.clone()),
+                    source,
+                })?;
+                continue;
+            }
             if name.starts_with('.') || !dir.join("MANIFEST").is_file() {
                 continue;
             }
@@ -285,5 +293,13 @@ mod tests {
         assert!(matches!(cat.delete("shop"), Err(Error::NotFound(_))));
         assert!(!dir.path().join("shop").exists());
         cat.create("shop").expect("create again");
+        // A delete interrupted after its rename is finished at the next start.
+        let leftover = dir.path().join(".deleted-1-0");
+        std::fs::create_dir_all(leftover.join("x")).expect("leftover");
+        cat.close();
+        drop(cat);
+        let cat = Catalog::open(dir.path(), opts).expect("reopen");
+        assert!(!leftover.exists());
+        assert_eq!(cat.list().len(), 2);
     }
 }

@@ -238,7 +238,9 @@ async fn one(app: &Arc<App>, req: axum::extract::Request) -> Reply {
         .headers
         .get("authorization")
         .map(|v| v.to_str().unwrap_or("%"));
-    if let Err(message) = auth::check(&app.key, authorization, &signed) {
+    if let Err(message) = auth::check(&app.key, authorization, &signed)
+        .and_then(|()| auth::check_date(&signed, std::time::SystemTime::now()))
+    {
         return Reply::error(StatusCode::UNAUTHORIZED, message);
     }
     let declared = parts

@@ -18,7 +18,10 @@ use sha2::Sha256;
 
 pub const KEY: &str =
     "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==";
-pub const DATE: &str = "Mon, 23 Nov 2026 08:00:00 GMT";
+/// The date requests are signed with: now (the server refuses dates 15 minutes away).
+pub fn date() -> String {
+    httpdate::fmt_http_date(std::time::SystemTime::now())
+}
 
 pub struct Server {
     pub child: Child,
@@ -89,13 +92,13 @@ impl Drop for Server {
     }
 }
 
-pub fn sign(key: &str, verb: &str, resource_type: &str, link: &str) -> String {
+pub fn sign(key: &str, verb: &str, resource_type: &str, link: &str, date: &str) -> String {
     let text = format!(
         "{}\n{}\n{}\n{}\n\n",
         verb.to_lowercase(),
         resource_type,
         link,
-        DATE.to_lowercase()
+        date.to_lowercase()
     );
     let mut mac =
         Hmac::<Sha256>::new_from_slice(&STANDARD.decode(key).expect("key")).expect("hmac");
@@ -119,12 +122,13 @@ pub fn signed(
     resource_type: &str,
     link: &str,
 ) -> reqwest::RequestBuilder {
+    let date = date();
     http.request(method.clone(), format!("{base}{path}"))
-        .header("x-ms-date", DATE)
+        .header("x-ms-date", date.clone())
         .header("x-ms-version", "2018-12-31")
         .header(
             "authorization",
-            sign(KEY, method.as_str(), resource_type, link),
+            sign(KEY, method.as_str(), resource_type, link, &date),
         )
 }
 
