@@ -9,7 +9,7 @@
 //! (which the SDKs drain until `304 Not Modified`) has one page and a constant etag.
 
 use axum::http::{Method, StatusCode};
-use ebbdb::{ContainerProperties, Database};
+use ebbdb::ContainerProperties;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -177,7 +177,8 @@ pub fn partition_key_ranges(cat: &Catalog, req: &Request, db: &str, id: &str) ->
 
 /// The container a document request names (404 for a missing database or container).
 pub fn open_container(cat: &Catalog, db: &str, id: &str) -> Result<ebbdb::Container, Reply> {
-    let e = database(cat, db)?;
-    let d: &Database = &e.db;
-    d.container(id).map_err(|err| Reply::from_ebbdb(&err))
+    database(cat, db)?
+        .db
+        .container(id)
+        .map_err(|err| Reply::from_ebbdb(&err))
 }
