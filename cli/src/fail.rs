@@ -13,8 +13,8 @@ pub const REFUSED: u8 = 4;
 pub const LOCKED: u8 = 5;
 /// Corruption.
 pub const CORRUPT: u8 = 6;
-/// Not built yet.
-pub const NOT_BUILT: u8 = 7;
+/// Bad command-line arguments (clap's own code for what it refuses).
+pub const USAGE: u8 = 2;
 
 /// A failed command: the exit code and what to tell the user.
 #[derive(Debug)]

@@ -13,6 +13,7 @@ mod maintain;
 mod open;
 mod progress;
 mod reader;
+mod serve;
 mod show;
 
 use std::path::PathBuf;
@@ -25,13 +26,12 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success
   1  any other failure (an I/O error, ...)
-  2  bad command-line arguments
+  2  bad command-line arguments (also a `serve --key` that is not base64)
   3  not found: no database in DIR, or no such container, keyspace or item
   4  refused by the database: invalid input (400), conflict (409), too large (413); also an
      import or put in which any item was refused (the others were written)
   5  the directory is locked by another process (a running program has it open)
   6  corruption: verify found a problem, or a file failed its checks when opening
-  7  the command is not built yet (serve)
 
 Testing aid: EBBDB_NOW_UNIX_MS=<milliseconds> pins the clock the database sees (\"now\") to that
 Unix time, for reproducible tests and examples; leave it unset for real use.";
@@ -208,11 +208,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The Azure Cosmos DB gateway REST API server: not built yet (exit code 7).
+    /// Serve the Azure Cosmos DB gateway REST API over a directory of databases, so the
+    /// official Cosmos DB SDKs can use it (until Ctrl-C, which syncs and closes).
+    ///
+    /// Each Cosmos database is one ebbdb database in a sub-directory of DIR (created when
+    /// missing). Every request must carry a master-key signature made with --key.
     Serve {
-        /// Anything: the command is not built yet.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<String>,
+        /// The directory of databases (one sub-directory each).
+        dir: PathBuf,
+        /// Address to listen on (`127.0.0.1:0` picks a free port; the first line printed
+        /// names it).
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        addr: String,
+        /// The account key (base64) requests are signed with; the default is the Azure Cosmos
+        /// DB emulator's well-known key.
+        #[arg(long, value_name = "BASE64", default_value = serve::EMULATOR_KEY, hide_default_value = true)]
+        key: String,
+        /// Seconds a client may take to send a request's headers, and again its body; a
+        /// slower one is disconnected (headers) or gets a 408 (body).
+        #[arg(long, value_name = "SECS", default_value_t = 30,
+              value_parser = clap::value_parser!(u64).range(1..=3600))]
+        request_timeout: u64,
     },
 }
 
@@ -336,10 +352,16 @@ fn run(command: Command) -> Result<(), fail::Failure> {
             batch_size as usize,
             json,
         ),
-        Command::Serve { .. } => Err(fail::Failure::new(
-            fail::NOT_BUILT,
-            "`ebbdb serve` (the Azure Cosmos DB gateway REST API) is not built yet; it is \
-             the next issue's work",
-        )),
+        Command::Serve {
+            dir,
+            addr,
+            key,
+            request_timeout,
+        } => serve::run(
+            &dir,
+            &addr,
+            &key,
+            std::time::Duration::from_secs(request_timeout),
+        ),
     }
 }

@@ -437,12 +437,30 @@ fn missing_database_serve_and_lock() {
         .expect("run");
     assert_eq!(out.status.code(), Some(3));
 
+    // `serve` refuses a directory that is itself one database, and a key that is not base64,
+    // before it listens.
+    let one = dir.path().join("one");
+    fixture(&one);
     let out = ebbdb_at(T0)
-        .args(["serve", "--port", "8081"])
+        .arg("serve")
+        .arg(&one)
+        .args(["--addr", "127.0.0.1:0"])
         .output()
         .expect("run");
-    assert_eq!(out.status.code(), Some(7));
-    assert!(stderr(&out).contains("not built yet"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is an ebbdb database"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ebbdb_at(T0)
+        .arg("serve")
+        .arg(dir.path().join("served"))
+        .args(["--addr", "127.0.0.1:0", "--key", "not base64!"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--key"), "{}", stderr(&out));
 
     // A directory held open by a running program: exit 5 at once, for every kind of command.
     let db_dir = dir.path().join("db");

@@ -1,0 +1,562 @@
+//! `ebbdb serve` over real HTTP (reqwest): master-key auth, Cosmos error bodies and headers,
+//! malformed requests, queries and paging, many concurrent clients with no lost write,
+//! graceful shutdown that syncs (data there after a restart), what is not served.
+//!
+//! Each test starts the built binary on a free port in its own temporary directory and signs
+//! its requests the way the SDKs do (`serve_common`).
+
+mod serve_common;
+
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use serve_common::{assert_cosmos_error, date, send, setup, sign, signed, JsonBody, Server, KEY};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorization() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    // Correctly signed: 200.
+    let (s, h, body) = send(signed(&http, base, Method::GET, "/dbs", "dbs", "")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["Databases"], json!([]));
+    for name in [
+        "x-ms-activity-id",
+        "x-ms-request-charge",
+        "x-ms-session-token",
+    ] {
+        assert!(h.contains_key(name), "{name} missing");
+    }
+    let d = date();
+    // No authorization header.
+    let (s, _, body) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", d.clone()),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    // Signed with another key.
+    let other = STANDARD.encode([7u8; 64]);
+    let (s, _, body) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", d.clone())
+            .header("authorization", sign(&other, "GET", "dbs", "", &d)),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    // A valid signature for another verb, resource or date does not carry over.
+    let (s, _, _) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", d.clone())
+            .header("authorization", sign(KEY, "POST", "dbs", "", &d)),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, _, _) = send(
+        http.get(format!("{base}/dbs/a"))
+            .header("x-ms-date", d.clone())
+            .header("authorization", sign(KEY, "GET", "dbs", "dbs/b", &d)),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+    let (s, _, _) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", later)
+            .header("authorization", sign(KEY, "GET", "dbs", "", &d)),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    // Correctly signed but dated 20 minutes ago (a replay), or with no date at all: 401.
+    let old = httpdate::fmt_http_date(std::time::SystemTime::now() - Duration::from_secs(20 * 60));
+    let (s, _, body) = send(
+        http.get(format!("{base}/dbs"))
+            .header("x-ms-date", old.clone())
+            .header("authorization", sign(KEY, "GET", "dbs", "", &old)),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    assert!(body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("not valid at the current time")));
+    let (s, _, body) = send(
+        http.get(format!("{base}/dbs"))
+            .header("authorization", sign(KEY, "GET", "dbs", "", "")),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    // Garbage tokens.
+    for token in [
+        "",
+        "type%3Dmaster",
+        "type%3Daad%26ver%3D1.0%26sig%3Dx",
+        "%zz",
+    ] {
+        let (s, _, body) = send(
+            http.get(format!("{base}/dbs"))
+                .header("x-ms-date", d.clone())
+                .header("authorization", token),
+        )
+        .await;
+        assert_cosmos_error(s, &body, StatusCode::UNAUTHORIZED, "Unauthorized");
+    }
+    // Auth comes first: an unknown path without a signature is a 401, not a 404.
+    let (s, _, _) = send(http.get(format!("{base}/nowhere"))).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_errors_and_headers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    setup(&http, base, "shop", "orders").await;
+    let docs = "/dbs/shop/colls/orders/docs";
+    let link = "dbs/shop/colls/orders";
+    let post = || signed(&http, base, Method::POST, docs, "docs", link);
+    let item = |id: &str| (format!("{docs}/{id}"), format!("{link}/docs/{id}"));
+
+    // Create: 201, etag header = body _etag, 409 on a duplicate.
+    let (s, h, body) = send(
+        post()
+            .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+            .js(&json!({"id": "a", "pk": "C1", "n": 1})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let etag = body["_etag"].as_str().expect("etag").to_owned();
+    assert_eq!(h["etag"], etag.as_str());
+    assert_eq!(h["content-type"], "application/json");
+    let (s, _, body) = send(post().js(&json!({"id": "a", "pk": "C1"}))).await;
+    assert_cosmos_error(s, &body, StatusCode::CONFLICT, "Conflict");
+    // A partition key header that differs from the body's: 400, nothing written.
+    let (s, _, body) = send(
+        post()
+            .header("x-ms-documentdb-partitionkey", "[\"C2\"]")
+            .js(&json!({"id": "b", "pk": "C1"})),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+
+    // Read: needs the partition key; If-None-Match with the etag: 304.
+    let (p, l) = item("a");
+    let get = |pk: Option<&str>| {
+        let rb = signed(&http, base, Method::GET, &p, "docs", &l);
+        match pk {
+            Some(pk) => rb.header("x-ms-documentdb-partitionkey", pk.to_owned()),
+            None => rb,
+        }
+    };
+    let (s, _, body) = send(get(Some("[\"C1\"]"))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(body["n"], 1);
+    let (s, _, body) = send(get(None)).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    for bad in ["C1", "[\"C1\", 2]", "[[1]]", "{}"] {
+        let (s, _, body) = send(get(Some(bad))).await;
+        assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    }
+    let (s, _, _) = send(get(Some("[\"C1\"]")).header("if-none-match", etag.clone())).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+    let (s, _, body) = send(get(Some("[\"C9\"]"))).await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+
+    // Replace with a stale If-Match: 412; upsert; delete 204 then 404.
+    let put = || {
+        signed(&http, base, Method::PUT, &p, "docs", &l)
+            .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+    };
+    let (s, _, body) = send(put().js(&json!({"id": "a", "pk": "C1", "n": 2}))).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let (s, _, body) = send(
+        put()
+            .header("if-match", etag.clone())
+            .js(&json!({"id": "a", "pk": "C1", "n": 3})),
+    )
+    .await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PRECONDITION_FAILED,
+        "PreconditionFailed",
+    );
+    let (s, _, body) = send(
+        post()
+            .header("x-ms-documentdb-is-upsert", "true")
+            .js(&json!({"id": "a", "pk": "C1", "n": 4})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["n"], 4);
+    let del = || {
+        signed(&http, base, Method::DELETE, &p, "docs", &l)
+            .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+    };
+    let (s, _, body) = send(del()).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    assert_eq!(body, Value::Null);
+    let (s, _, body) = send(del()).await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+
+    // Malformed bodies and headers.
+    let (s, _, body) = send(post().body("{not json")).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(post().js(&json!([1, 2]))).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(post().js(&json!({"id": "t", "pk": "C1", "ttl": 0}))).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    assert!(body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("The input ttl '0' is invalid")));
+    let (s, _, body) = send(
+        post()
+            .header("x-ms-documentdb-is-upsert", "maybe")
+            .js(&json!({"id": "t", "pk": "C1"})),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    // Over the body limit: 413 without reading it all; an item over 2 MiB: 413 too.
+    let (s, _, body) = send(post().body(vec![b' '; 5 * 1024 * 1024])).await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+    );
+    let big = json!({"id": "big", "pk": "C1", "blob": "x".repeat(2 * 1024 * 1024 + 1)});
+    let (s, _, body) = send(post().js(&big)).await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+    );
+    // A query with a content type that is not a query's: 415.
+    let (s, _, body) = send(
+        post()
+            .header("x-ms-documentdb-isquery", "true")
+            .header("content-type", "text/plain")
+            .body("{\"query\": \"SELECT * FROM c\"}"),
+    )
+    .await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UnsupportedMediaType",
+    );
+    // Unknown paths, bad escapes, methods a resource does not have.
+    let (s, _, body) = send(signed(
+        &http,
+        base,
+        Method::GET,
+        "/dbs/shop/users",
+        "users",
+        "dbs/shop",
+    ))
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+    let (s, _, body) = send(signed(
+        &http,
+        base,
+        Method::GET,
+        "/dbs/%zz",
+        "dbs",
+        "dbs/%zz",
+    ))
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(signed(&http, base, Method::PUT, "/dbs", "dbs", "")).await;
+    assert_cosmos_error(s, &body, StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed");
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/nope/colls/x/docs/y",
+            "docs",
+            "dbs/nope/colls/x/docs/y",
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_page_and_ranges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    setup(&http, base, "shop", "orders").await;
+    let docs = "/dbs/shop/colls/orders/docs";
+    let link = "dbs/shop/colls/orders";
+    for i in 0..5 {
+        let (s, _, _) =
+            send(signed(&http, base, Method::POST, docs, "docs", link).js(
+                &json!({"id": format!("i{i}"), "pk": if i % 2 == 0 { "A" } else { "B" }, "n": i}),
+            ))
+            .await;
+        assert_eq!(s, StatusCode::CREATED);
+    }
+    let query = |body: Value| {
+        signed(&http, base, Method::POST, docs, "docs", link)
+            .header("x-ms-documentdb-isquery", "true")
+            .header("content-type", "application/query+json")
+            .body(body.to_string())
+    };
+    let q = json!({"query": "SELECT VALUE c.n FROM c WHERE c.n >= @min ORDER BY c.n",
+                   "parameters": [{"name": "@min", "value": 1}]});
+    // Without a partition key or range: substatus 1004, as the gateway answers.
+    let (s, h, body) = send(query(q.clone())).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    assert_eq!(h["x-ms-substatus"], "1004");
+    let info: Value = serde_json::from_str(body["additionalErrorInfo"].as_str().expect("plan"))
+        .expect("the plan is JSON text");
+    assert_eq!(info["queryRanges"][0]["min"], "");
+    // The query plan asks the SDK for no work of its own, over the whole range.
+    let (s, _, plan) = send(
+        signed(&http, base, Method::POST, docs, "docs", link)
+            .header("x-ms-cosmos-is-query-plan-request", "True")
+            .header("content-type", "application/json")
+            .body(q.to_string()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(plan["queryInfo"]["orderBy"], json!([]));
+    assert_eq!(plan["queryRanges"][0]["max"], "FF");
+    // Against the one range, paged by 2 with continuations.
+    let mut rows = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut rb = query(q.clone())
+            .header("x-ms-documentdb-partitionkeyrangeid", "0")
+            .header("x-ms-max-item-count", "2");
+        if let Some(t) = &token {
+            rb = rb.header("x-ms-continuation", t.clone());
+        }
+        let (s, h, body) = send(rb).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        let docs = body["Documents"].as_array().expect("Documents").clone();
+        assert_eq!(h["x-ms-item-count"], docs.len().to_string().as_str());
+        assert!(docs.len() <= 2);
+        rows.extend(docs);
+        pages += 1;
+        token = h
+            .get("x-ms-continuation")
+            .map(|v| v.to_str().expect("text").to_owned());
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(rows, vec![json!(1), json!(2), json!(3), json!(4)]);
+    assert_eq!(pages, 2);
+    // One partition.
+    let (s, _, body) =
+        send(query(q.clone()).header("x-ms-documentdb-partitionkey", "[\"B\"]")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(body["Documents"], json!([1, 3]));
+    // A damaged continuation, a bad page size, a bad query: 400.
+    for (name, value) in [
+        ("x-ms-continuation", "garbage"),
+        ("x-ms-max-item-count", "0"),
+        ("x-ms-documentdb-partitionkeyrangeid", "7"),
+    ] {
+        let (s, _, body) = send(
+            query(q.clone())
+                .header("x-ms-documentdb-partitionkey", "[\"B\"]")
+                .header(name, value),
+        )
+        .await;
+        if name == "x-ms-documentdb-partitionkeyrangeid" {
+            // A partition key wins over a range id.
+            assert_eq!(s, StatusCode::OK, "{body}");
+        } else {
+            assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+        }
+    }
+    let (s, _, body) = send(
+        query(json!({"query": "SELECT FROM"})).header("x-ms-documentdb-partitionkeyrangeid", "0"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(
+        query(json!({"query": "SELECT * FROM c"}))
+            .header("x-ms-documentdb-partitionkeyrangeid", "7"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+
+    // Partition key ranges: one, then 304 for its etag.
+    let ranges = || {
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/pkranges",
+            "pkranges",
+            link,
+        )
+    };
+    let (s, h, body) = send(ranges()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(body["PartitionKeyRanges"][0]["id"], "0");
+    let tag = h["etag"].to_str().expect("etag").to_owned();
+    let (s, _, _) = send(ranges().header("if-none-match", tag)).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clients_lose_no_write_and_shutdown_syncs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Server::start(&data);
+    let http = reqwest::Client::new();
+    let base = server.base.clone();
+    setup(&http, &base, "shop", "orders").await;
+    const CLIENTS: usize = 16;
+    const WRITES: usize = 40;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let http = reqwest::Client::new();
+        let base = base.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for w in 0..WRITES {
+                let id = format!("c{c}-w{w}");
+                let (s, _, body) = send(
+                    signed(
+                        &http,
+                        &base,
+                        Method::POST,
+                        "/dbs/shop/colls/orders/docs",
+                        "docs",
+                        "dbs/shop/colls/orders",
+                    )
+                    .header("x-ms-documentdb-is-upsert", "true")
+                    .js(&json!({"id": id, "pk": format!("p{}", w % 4), "c": c, "w": w})),
+                )
+                .await;
+                assert_eq!(s, StatusCode::OK, "{body}");
+                acked.push((id, format!("p{}", w % 4)));
+                let path = format!("/dbs/shop/colls/orders/docs/{}", acked[acked.len() - 1].0);
+                let link = format!("dbs/shop/colls/orders/docs/{}", acked[acked.len() - 1].0);
+                let (s, _, body) = send(
+                    signed(&http, &base, Method::GET, &path, "docs", &link)
+                        .header("x-ms-documentdb-partitionkey", format!("[\"p{}\"]", w % 4)),
+                )
+                .await;
+                assert_eq!(s, StatusCode::OK, "{body}");
+                assert_eq!(body["w"], w);
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for t in tasks {
+        acked.extend(t.await.expect("client task"));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "{} upserts + {} reads from {CLIENTS} clients in {secs:.2} s ({:.0} requests/s)",
+        acked.len(),
+        acked.len(),
+        (2 * acked.len()) as f64 / secs
+    );
+    assert_eq!(acked.len(), CLIENTS * WRITES);
+
+    // Ctrl-C: exit 0 after syncing; every acknowledged write is there after a restart.
+    let (code, out) = server.interrupt();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("synced and closed"), "{out}");
+    let db = ebbdb::Database::open(data.join("shop")).expect("reopen");
+    let orders = db.container("orders").expect("container");
+    assert_eq!(orders.count().expect("count"), CLIENTS * WRITES);
+    for (id, pk) in &acked {
+        let v: Value = orders
+            .read_item(pk.as_str(), id)
+            .expect("acknowledged write");
+        assert_eq!(v["id"], id.as_str());
+    }
+    drop(orders);
+    drop(db);
+    // And the server serves the same directory again.
+    let again = Server::start(&data);
+    let (s, _, body) = send(signed(
+        &http,
+        &again.base,
+        Method::GET,
+        "/dbs/shop/colls/orders",
+        "colls",
+        "dbs/shop/colls/orders",
+    ))
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["id"], "orders");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_not_served_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    setup(&http, base, "shop", "orders").await;
+    let link = "dbs/shop/colls/orders";
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::PATCH,
+            "/dbs/shop/colls/orders/docs/a",
+            "docs",
+            "dbs/shop/colls/orders/docs/a",
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+        .js(&json!({"operations": [{"op": "set", "path": "/a", "value": 1}]})),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_IMPLEMENTED, "NotImplemented");
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::POST,
+            "/dbs/shop/colls/orders/docs",
+            "docs",
+            link,
+        )
+        .header("x-ms-cosmos-is-batch-request", "True")
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+        .js(&json!([{"operationType": "Create", "resourceBody": {"id": "a", "pk": "C1"}}])),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_IMPLEMENTED, "NotImplemented");
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/docs",
+            "docs",
+            link,
+        )
+        .header("a-im", "Incremental feed"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    assert!(body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("change feed")));
+}
