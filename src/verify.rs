@@ -24,7 +24,7 @@
 //! (never opened by ebbdb, or copied without it) is read without a lock.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, File, TryLockError};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use byteorder::{ByteOrder, LittleEndian as LE};
@@ -265,11 +265,8 @@ fn lock(dir: &Path) -> Result<Option<File>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io_at(&path, e)),
     };
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
-        Err(TryLockError::Error(e)) => Err(Error::io_at(&path, e)),
-    }
+    crate::log::lock::lock_file(&file, dir, &path)?;
+    Ok(Some(file))
 }
 
 /// Every listed segment and hint file, for the progress total.

@@ -5,6 +5,11 @@ use std::path::Path;
 
 use crate::error::{Error, IoContext, Result};
 
+/// Retries of a lock found held (see [`DirLock::acquire`]).
+const LOCK_RETRIES: u32 = 10;
+/// Wait between those retries.
+const LOCK_RETRY_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Holds the exclusive lock on `LOCK` until dropped.
 #[derive(Debug)]
 pub struct DirLock {
@@ -25,12 +30,30 @@ impl DirLock {
             .write(true)
             .open(&path)
             .at(&path)?;
+        lock_file(&file, dir, &path)?;
+        Ok(Self { _file: file })
+    }
+}
+
+/// Takes an exclusive lock on `file` (the `LOCK` file at `path` of `dir`), or
+/// [`Error::Locked`].
+///
+/// A lock just released can still look held for a moment: a child process that another thread
+/// of this program is starting holds a copy of the descriptor (and so of the lock) from its
+/// fork until its exec closes it. A few short retries bridge that window; a lock really held is
+/// still reported within 50 ms, never waited for.
+pub(crate) fn lock_file(file: &File, dir: &Path, path: &Path) -> Result<()> {
+    for attempt in 0..=LOCK_RETRIES {
         match file.try_lock() {
-            Ok(()) => Ok(Self { _file: file }),
-            Err(TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
-            Err(TryLockError::Error(e)) => Err(Error::io_at(&path, e)),
+            Ok(()) => return Ok(()),
+            Err(TryLockError::WouldBlock) if attempt < LOCK_RETRIES => {
+                std::thread::sleep(LOCK_RETRY_WAIT);
+            }
+            Err(TryLockError::WouldBlock) => break,
+            Err(TryLockError::Error(e)) => return Err(Error::io_at(path, e)),
         }
     }
+    Err(Error::Locked(dir.to_path_buf()))
 }
 
 #[cfg(test)]
