@@ -21,21 +21,6 @@ fn fail_creates(dir: &Path) {
     });
 }
 
-/// Fills sealed segments with versions that the second pass makes dead, so the compaction
-/// policy always has a merge to do.
-fn make_garbage(store: &Store) -> ebbdb::Result<()> {
-    let ks = store.keyspace_or_create("ks", DefaultTtl::Off)?;
-    for round in 0..2 {
-        for i in 0..200 {
-            ks.put(format!("key-{i:03}"), vec![round as u8; 200])?;
-        }
-        // Seal what was written so far (the first round's versions become garbage in
-        // sealed segments once the second round overwrites them).
-        store.compact_full()?;
-    }
-    Ok(())
-}
-
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cond() {
@@ -100,62 +85,50 @@ fn a_failed_background_merge_does_not_wedge_foreground_calls() -> ebbdb::Result<
 #[test]
 fn a_merge_that_keeps_failing_is_retried_with_backoff() -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
-    // Real clock: the worker compacts on its own every 4 ticks of 5 ms.
+    // Real clock: the worker runs the compaction policy every tick of 5 ms.
     let store = Store::open_with(
         dir.path(),
         Options::default()
             .sync(SyncPolicy::Never)
-            .segment_size(8 * 1024)
+            .segment_size(64 * 1024)
             .tick_interval(Duration::from_millis(5)),
     )?;
-    make_garbage(&store)?;
-    let ks = store.keyspace("ks")?;
-    // The worker may merge the garbage before the failures are armed (it looks every 5 ms);
-    // then there is nothing to attempt, and the round is tried again with fresh garbage.
-    let watch = Duration::from_millis(1500);
-    let mut attempts = 0;
-    let mut last = 0u8;
-    for round in 9..14u8 {
-        last = round;
-        for i in 0..200 {
-            ks.put(format!("key-{i:03}"), vec![round; 200])?;
-        }
-        store.sync()?;
-        fail_creates(dir.path());
-        std::thread::sleep(watch);
-        let failed = faults::disarm(dir.path());
-        // The same worker writes the hints of freshly sealed segments; one that it tried
-        // while creations failed is missing (hints are not retried: open rebuilds them by
-        // scanning). Those failures are not merge attempts.
-        let hints = std::fs::read_dir(dir.path())
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().ends_with(".hint"))
-                    .count()
-            })
-            .unwrap_or(0) as u64;
-        let sealed = store.stats().segments.saturating_sub(1) as u64;
-        attempts = failed.saturating_sub(sealed.saturating_sub(hints));
-        // Without backoff the policy would retry every 20 ms (~75 attempts); with it, the
-        // first failure waits 1 s, so at most a handful of attempts fit in 1.5 s.
-        assert!(
-            attempts <= 6,
-            "{attempts} failed creations in {watch:?}: the worker retries without backing off"
-        );
-        if attempts >= 1 {
-            break;
-        }
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    // 400 keys, all in sealed segments (merge outputs, with their hints written by the merge).
+    for i in 0..400 {
+        ks.put(format!("key-{i:03}"), vec![1u8; 150])?;
     }
+    store.compact_full()?;
+    // Creations fail from here on. Overwriting 240 of the keys fits in the fresh active segment
+    // (no file is created), and leaves the sealed segments 60 % dead: the policy must merge
+    // them (not drop them: they still hold live records), and every merge fails creating its
+    // output. Nothing else creates a file meanwhile, so each failed creation is one attempt;
+    // arming first means the garbage cannot be merged before the failures are in place.
+    fail_creates(dir.path());
+    for i in 0..240 {
+        ks.put(format!("key-{i:03}"), vec![2u8; 150])?;
+    }
+    let watch = Duration::from_millis(1500);
+    std::thread::sleep(watch);
+    let attempts = faults::disarm(dir.path());
+    // Without backoff the policy would retry every 5 ms (~300 attempts); with it, the first
+    // failure waits 1 s, so at most a handful of attempts fit in 1.5 s.
     assert!(
-        attempts >= 1,
-        "the policy never tried to merge in five rounds"
+        attempts <= 6,
+        "{attempts} failed creations in {watch:?}: the worker retries without backing off"
     );
-    // Once the disk is healthy again the backlog is merged in the background.
+    assert!(attempts >= 1, "the policy never tried to merge");
+    assert!(
+        !store.is_poisoned(),
+        "a failed background merge poisons nothing"
+    );
+    // Once the disk is healthy again the garbage is merged in the background.
     wait_until("a background merge after recovery", || {
-        store.stats().worker_error.is_none() && store.stats().merges > 0
+        store.stats().worker_error.is_none() && store.stats().merges > 1
     });
-    for i in 0..200 {
-        assert_eq!(ks.get(format!("key-{i:03}"))?, Some(vec![last; 200]));
+    for i in 0..400 {
+        let want = if i < 240 { 2u8 } else { 1u8 };
+        assert_eq!(ks.get(format!("key-{i:03}"))?, Some(vec![want; 150]));
     }
     Ok(())
 }
