@@ -568,6 +568,12 @@ async fn patch_documents() {
     assert!(h.contains_key("x-ms-session-token") && h.contains_key("x-ms-activity-id"));
     let (_, _, read) = send(get()).await;
     assert_eq!(read, body);
+    // The bare array of operations (what the JavaScript SDK sends without a condition).
+    let (s, _, body) =
+        send(patch("a").js(&json!([{"op": "set", "path": "/bare", "value": 1}]))).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["bare"], 1);
+    let etag = body["_etag"].as_str().expect("etag").to_owned();
 
     // If-Match: the current etag patches, a stale one is 412 and writes nothing.
     let (s, _, body) = send(
@@ -634,8 +640,9 @@ async fn patch_documents() {
         json!({"operations": [{"op": "incr", "path": "/status", "value": 1}]}),
         json!({"operations": []}),
         json!({"operations": [{"op": "set", "path": "/n", "value": 0}], "condition": 5}),
-        json!([{"op": "set", "path": "/n", "value": 0}]),
+        json!([{"op": "set", "path": "/nothing/x", "value": 0}]),
         json!({"ops": []}),
+        json!("set"),
     ] {
         let (s, _, body) = send(patch("a").js(&bad)).await;
         assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");

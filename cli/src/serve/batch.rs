@@ -4,22 +4,23 @@
 //!
 //! The body is a JSON array of operations as the SDKs send them:
 //! `{"operationType": "Create"|"Upsert"|"Replace"|"Delete"|"Read"|"Patch", "id": ...,
-//! "resourceBody": ..., "ifMatch": ...}` (a patch's `resourceBody` is the PATCH body,
-//! `{"operations": [...], "condition": "FROM c WHERE ..."}`). The library runs them in order,
-//! all or nothing ([`ebbdb::Container::execute_batch`]).
+//! "resourceBody": ..., "ifMatch": ...}` (a patch's `resourceBody` is a PATCH body,
+//! `{"operations": [...], "condition": "FROM c WHERE ..."}` or the bare array of operations).
+//! The library runs them in order, all or nothing ([`ebbdb::Container::execute_batch`]).
 //!
 //! The response body is one result per operation,
 //! `{"statusCode": n, "requestCharge": 1, "eTag": ..., "resourceBody": ...}`. HTTP 200 when
 //! every operation succeeded; when one failed (and so nothing was written) HTTP 207
-//! Multi-Status, as the Azure gateway answers: the failing operation carries its own status
-//! and every other one 424. The SDKs read the array only from a response below 400 (the
-//! Python SDK then raises `CosmosBatchOperationError` with the failing operation's index and
-//! status; the JavaScript SDK promotes that status onto the response).
+//! Multi-Status: the failing operation carries its own status and every other one 424. The
+//! SDKs read the array only from a response below 400 (the Python SDK then raises
+//! `CosmosBatchOperationError` with the failing operation's index and status; the JavaScript
+//! SDK's `items.batch` returns the response, `code` 207, with the results); from a 4xx they
+//! raise a plain HTTP error without the results.
 //!
 //! A malformed batch (not an array, an unknown `operationType`, a missing `id` or
-//! `resourceBody`, an operation naming another partition key) is a 400 for the whole request;
-//! so are the library's whole-batch errors (no operation, more than 100; 413 for bodies over
-//! the request limit). Non-atomic (bulk) batch requests are not served (501).
+//! `resourceBody`, an operation naming another partition key, `ifNoneMatch`) is a 400 for the
+//! whole request; so are the library's whole-batch errors (no operation, more than 100; 413
+//! for bodies over the request limit). Non-atomic (bulk) batch requests are not served (501).
 
 use axum::http::StatusCode;
 use ebbdb::{Container, ItemOptions, PartitionKey, PatchOp, TransactionalBatch};
@@ -167,21 +168,27 @@ pub fn parse_batch(body: &Value, pk: PartitionKey) -> Result<TransactionalBatch,
 }
 
 /// A PATCH body, `{"operations": [{"op": ..., "path": ..., ...}], "condition": "FROM c WHERE
-/// ..."}`: its operations, and `opts` with the condition as the filter predicate.
+/// ..."}`, or the bare array of operations (the JavaScript SDK sends that when it has no
+/// condition): its operations, and `opts` with the condition as the filter predicate.
 pub fn patch_body(body: &Value, opts: ItemOptions) -> Result<(Vec<PatchOp>, ItemOptions), Reply> {
-    let Value::Object(o) = body else {
-        return Err(bad(
-            "a patch body must be a JSON object {\"operations\": [...]}",
-        ));
-    };
-    let Some(Value::Array(list)) = o.get("operations") else {
-        return Err(bad("a patch body needs an array 'operations'"));
+    let (list, condition) = match body {
+        Value::Array(list) => (list, None),
+        Value::Object(o) => match o.get("operations") {
+            Some(Value::Array(list)) => (list, o.get("condition")),
+            _ => return Err(bad("a patch body needs an array 'operations'")),
+        },
+        _ => {
+            return Err(bad(
+                "a patch body must be {\"operations\": [...], \"condition\": ...} or an array \
+                 of operations",
+            ))
+        }
     };
     let ops = list
         .iter()
         .map(|op| PatchOp::from_json_value(op).map_err(|e| Reply::from_ebbdb(&e)))
         .collect::<Result<Vec<_>, _>>()?;
-    let opts = match o.get("condition") {
+    let opts = match condition {
         None | Some(Value::Null) => opts,
         Some(Value::String(cond)) => opts.filter_predicate(cond.as_str()),
         Some(_) => {
@@ -221,8 +228,18 @@ mod tests {
         )
         .expect("no condition");
         assert_eq!(opts.filter_predicate, None);
+        let (ops, opts) = patch_body(
+            &json!([{"op": "remove", "path": "/n"}]),
+            ItemOptions::default(),
+        )
+        .expect("a bare array");
+        assert_eq!(
+            (ops, opts.filter_predicate),
+            (vec![PatchOp::remove("/n")], None)
+        );
         for b in [
-            json!([{"op": "remove", "path": "/n"}]),
+            json!("remove"),
+            json!([{"op": "frob", "path": "/n"}]),
             json!({}),
             json!({"operations": {}}),
             json!({"operations": [{"op": "frob", "path": "/n"}]}),

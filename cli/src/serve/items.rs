@@ -5,7 +5,8 @@
 //! Point operations need the `x-ms-documentdb-partitionkey` header; on a create or upsert it
 //! is optional, and when given must name the partition the body's partition key path holds
 //! (else 400, nothing written). A PATCH body is `{"operations": [...], "condition": "FROM c
-//! WHERE ..."}` (an item that does not meet the condition: 412). `If-Match` makes replace,
+//! WHERE ..."}` or the bare array of operations (an item that does not meet the condition:
+//! 412). `If-Match` makes replace,
 //! upsert, patch and delete conditional (412 on another etag, 404 when the item is missing or
 //! expired); `If-None-Match` on a read gives 304 when the item still has that etag.
 //! Everything else (validation, TTL, 409, 413) is the library's, with its Cosmos status codes.
