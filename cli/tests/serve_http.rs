@@ -1,6 +1,7 @@
 //! `ebbdb serve` over real HTTP (reqwest): master-key auth, Cosmos error bodies and headers,
 //! malformed requests, queries and paging, many concurrent clients with no lost write,
-//! graceful shutdown that syncs (data there after a restart), what is not served.
+//! graceful shutdown that syncs (data there after a restart), patch and transactional batch,
+//! what is not served.
 //!
 //! Each test starts the built binary on a free port in its own temporary directory and signs
 //! its requests the way the SDKs do (`serve_common`).
@@ -507,6 +508,344 @@ async fn concurrent_clients_lose_no_write_and_shutdown_syncs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patch_documents() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    setup(&http, base, "shop", "orders").await;
+    let docs = "/dbs/shop/colls/orders/docs";
+    let link = "dbs/shop/colls/orders";
+    let (s, _, created) = send(
+        signed(&http, base, Method::POST, docs, "docs", link)
+            .js(&json!({"id": "a", "pk": "C1", "n": 1, "tags": ["x"], "old": true})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{created}");
+    let patch_in = |id: &str, pk: &str| {
+        signed(
+            &http,
+            base,
+            Method::PATCH,
+            &format!("{docs}/{id}"),
+            "docs",
+            &format!("{link}/docs/{id}"),
+        )
+        .header("x-ms-documentdb-partitionkey", format!("[\"{pk}\"]"))
+    };
+    let patch = |id: &str| patch_in(id, "C1");
+    let get = || {
+        signed(
+            &http,
+            base,
+            Method::GET,
+            &format!("{docs}/a"),
+            "docs",
+            &format!("{link}/docs/a"),
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+    };
+
+    // Success: 200, the patched item, its etag as the header, the usual response headers.
+    let (s, h, body) = send(patch("a").js(&json!({"operations": [
+        {"op": "set", "path": "/status", "value": "shipped"},
+        {"op": "incr", "path": "/n", "value": 2},
+        {"op": "add", "path": "/tags/-", "value": "y"},
+        {"op": "remove", "path": "/old"},
+    ]})))
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(
+        (&body["status"], &body["n"], &body["tags"]),
+        (&json!("shipped"), &json!(3), &json!(["x", "y"]))
+    );
+    assert!(body.get("old").is_none(), "{body}");
+    let etag = body["_etag"].as_str().expect("etag").to_owned();
+    assert_ne!(Some(etag.as_str()), created["_etag"].as_str());
+    assert_eq!(h["etag"], etag.as_str());
+    assert_eq!(h["content-type"], "application/json");
+    assert_eq!(h["x-ms-request-charge"], "1");
+    assert!(h.contains_key("x-ms-session-token") && h.contains_key("x-ms-activity-id"));
+    let (_, _, read) = send(get()).await;
+    assert_eq!(read, body);
+    // The bare array of operations (what the JavaScript SDK sends without a condition).
+    let (s, _, body) =
+        send(patch("a").js(&json!([{"op": "set", "path": "/bare", "value": 1}]))).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["bare"], 1);
+    let etag = body["_etag"].as_str().expect("etag").to_owned();
+
+    // If-Match: the current etag patches, a stale one is 412 and writes nothing.
+    let (s, _, body) = send(
+        patch("a")
+            .header("if-match", etag.clone())
+            .js(&json!({"operations": [{"op": "incr", "path": "/n", "value": 1}]})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["n"], 4);
+    let (s, _, body) = send(
+        patch("a")
+            .header("if-match", etag.clone())
+            .js(&json!({"operations": [{"op": "incr", "path": "/n", "value": 100}]})),
+    )
+    .await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PRECONDITION_FAILED,
+        "PreconditionFailed",
+    );
+    // The condition: met, it patches; not met, 412 and nothing written.
+    let (s, _, body) = send(patch("a").js(&json!({
+        "condition": "FROM c WHERE c.n = 4",
+        "operations": [{"op": "replace", "path": "/status", "value": "done"}],
+    })))
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "done");
+    let (s, _, body) = send(patch("a").js(&json!({
+        "condition": "FROM c WHERE c.n > 100",
+        "operations": [{"op": "set", "path": "/status", "value": "lost"}],
+    })))
+    .await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PRECONDITION_FAILED,
+        "PreconditionFailed",
+    );
+    let (_, _, read) = send(get()).await;
+    assert_eq!((&read["n"], &read["status"]), (&json!(4), &json!("done")));
+
+    // 404: a missing item, or the right id in another partition.
+    let (s, _, body) =
+        send(patch("zz").js(&json!({"operations": [{"op": "set", "path": "/a", "value": 1}]})))
+            .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+    let (s, _, body) = send(
+        patch_in("a", "C9").js(&json!({"operations": [{"op": "set", "path": "/a", "value": 1}]})),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::NOT_FOUND, "NotFound");
+
+    // 400: an unknown op, a missing value, a protected path, a target that is not there,
+    // a body that is not the patch shape, no partition key header; nothing written.
+    for bad in [
+        json!({"operations": [{"op": "frob", "path": "/n", "value": 1}]}),
+        json!({"operations": [{"op": "set", "path": "/n"}]}),
+        json!({"operations": [{"op": "set", "path": "/pk", "value": "C2"}]}),
+        json!({"operations": [{"op": "set", "path": "/id", "value": "b"}]}),
+        json!({"operations": [{"op": "remove", "path": "/nothing"}]}),
+        json!({"operations": [{"op": "incr", "path": "/status", "value": 1}]}),
+        json!({"operations": []}),
+        json!({"operations": [{"op": "set", "path": "/n", "value": 0}], "condition": 5}),
+        json!([{"op": "set", "path": "/nothing/x", "value": 0}]),
+        json!({"ops": []}),
+        json!("set"),
+    ] {
+        let (s, _, body) = send(patch("a").js(&bad)).await;
+        assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    }
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::PATCH,
+            &format!("{docs}/a"),
+            "docs",
+            &format!("{link}/docs/a"),
+        )
+        .js(&json!({"operations": [{"op": "set", "path": "/n", "value": 0}]})),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    // More than 10 operations: 400.
+    let many: Vec<Value> = (0..11)
+        .map(|i| json!({"op": "set", "path": format!("/f{i}"), "value": i}))
+        .collect();
+    let (s, _, body) = send(patch("a").js(&json!({ "operations": many }))).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    // A patch that makes the item too large: 413.
+    let (s, _, body) = send(patch("a").js(&json!({"operations": [
+        {"op": "set", "path": "/blob", "value": "x".repeat(2 * 1024 * 1024 + 1)}
+    ]})))
+    .await;
+    assert_cosmos_error(
+        s,
+        &body,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+    );
+    let (_, _, after) = send(get()).await;
+    assert_eq!(after, read, "a refused patch wrote something");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    setup(&http, base, "shop", "orders").await;
+    let docs = "/dbs/shop/colls/orders/docs";
+    let link = "dbs/shop/colls/orders";
+    let batch = |ops: &Value| {
+        signed(&http, base, Method::POST, docs, "docs", link)
+            .header("x-ms-cosmos-is-batch-request", "True")
+            .header("x-ms-cosmos-batch-atomic", "True")
+            .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+            .js(ops)
+    };
+    let get = |id: &str| {
+        signed(
+            &http,
+            base,
+            Method::GET,
+            &format!("{docs}/{id}"),
+            "docs",
+            &format!("{link}/docs/{id}"),
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+    };
+
+    // Every operation type, each seeing the ones before it: 200, one result per operation.
+    let (s, _, body) = send(batch(&json!([
+        {"operationType": "Create", "resourceBody": {"id": "a", "pk": "C1", "n": 1}},
+        {"operationType": "Create", "resourceBody": {"id": "b", "pk": "C1", "n": 1}},
+        {"operationType": "Upsert", "resourceBody": {"id": "c", "pk": "C1", "n": 1}},
+        {"operationType": "Replace", "id": "b", "resourceBody": {"id": "b", "pk": "C1", "n": 2}},
+        {"operationType": "Patch", "id": "a",
+         "resourceBody": {"operations": [{"op": "incr", "path": "/n", "value": 5}]}},
+        {"operationType": "Read", "id": "a"},
+        {"operationType": "Delete", "id": "c"},
+    ])))
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let results = body.as_array().expect("array");
+    let statuses: Vec<u64> = results
+        .iter()
+        .map(|r| r["statusCode"].as_u64().expect("statusCode"))
+        .collect();
+    assert_eq!(statuses, [201, 201, 201, 200, 200, 200, 204]);
+    assert_eq!(results[5]["resourceBody"]["n"], 6);
+    assert_eq!(results[5]["eTag"], results[4]["resourceBody"]["_etag"]);
+    assert_eq!(results[3]["resourceBody"]["n"], 2);
+    assert!(results[6].get("resourceBody").is_none());
+    assert!(results.iter().all(|r| r["requestCharge"] == 1));
+    let (s, _, a) = send(get("a")).await;
+    assert_eq!((s, &a["n"]), (StatusCode::OK, &json!(6)));
+    let (s, _, _) = send(get("c")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // A failing create in the middle: 207, its 409, 424 for the others, nothing written.
+    let (s, _, body) = send(batch(&json!([
+        {"operationType": "Create", "resourceBody": {"id": "new1", "pk": "C1"}},
+        {"operationType": "Patch", "id": "a",
+         "resourceBody": {"operations": [{"op": "set", "path": "/n", "value": 100}]}},
+        {"operationType": "Create", "resourceBody": {"id": "b", "pk": "C1"}},
+        {"operationType": "Create", "resourceBody": {"id": "new2", "pk": "C1"}},
+    ])))
+    .await;
+    assert_eq!(s, StatusCode::MULTI_STATUS, "{body}");
+    let statuses: Vec<u64> = body
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| r["statusCode"].as_u64().expect("statusCode"))
+        .collect();
+    assert_eq!(statuses, [424, 424, 409, 424]);
+    assert!(body[2]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    for id in ["new1", "new2"] {
+        let (s, _, _) = send(get(id)).await;
+        assert_eq!(
+            s,
+            StatusCode::NOT_FOUND,
+            "{id} was written by a failed batch"
+        );
+    }
+    let (_, _, after) = send(get("a")).await;
+    assert_eq!(after, a, "a failed batch patched 'a'");
+
+    // The failing operation's own status: 404, 412 (stale ifMatch), 400 (another partition
+    // key in the body), 412 (a patch condition not met).
+    let stale = a["_etag"].as_str().expect("etag").to_owned();
+    let (s, _, fresh) = send(
+        signed(
+            &http,
+            base,
+            Method::PATCH,
+            &format!("{docs}/a"),
+            "docs",
+            &format!("{link}/docs/a"),
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+        .js(&json!({"operations": [{"op": "set", "path": "/v", "value": 2}]})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{fresh}");
+    for (ops, want) in [
+        (json!([{"operationType": "Delete", "id": "nope"}]), 404),
+        (
+            json!([{"operationType": "Replace", "id": "a", "ifMatch": stale,
+                    "resourceBody": {"id": "a", "pk": "C1"}}]),
+            412,
+        ),
+        (
+            json!([{"operationType": "Create", "resourceBody": {"id": "x", "pk": "C2"}}]),
+            400,
+        ),
+        (
+            json!([{"operationType": "Patch", "id": "a", "resourceBody": {
+                "condition": "FROM c WHERE c.v = 1",
+                "operations": [{"op": "set", "path": "/v", "value": 3}]}}]),
+            412,
+        ),
+    ] {
+        let (s, _, body) = send(batch(&ops)).await;
+        assert_eq!(s, StatusCode::MULTI_STATUS, "{body}");
+        assert_eq!(body[0]["statusCode"], want, "{body}");
+    }
+    // The current etag works.
+    let (s, _, body) = send(batch(&json!([{"operationType": "Replace", "id": "a",
+        "ifMatch": fresh["_etag"], "resourceBody": {"id": "a", "pk": "C1", "n": 7}}])))
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body[0]["statusCode"], 200);
+
+    // Malformed batches: a 400 for the whole request, nothing written.
+    for bad in [
+        json!([]),
+        json!({"operationType": "Create"}),
+        json!([{"operationType": "Frob", "id": "a"}]),
+        json!([{"operationType": "Read"}]),
+        json!([{"operationType": "Create", "resourceBody": {"id": "m", "pk": "C1"}},
+               {"operationType": "Replace", "id": "a"}]),
+        json!([{"operationType": "Patch", "id": "a",
+                "resourceBody": {"operations": [{"op": "frob", "path": "/n"}]}}]),
+        Value::Array(
+            (0..101)
+                .map(|i| json!({"operationType": "Read", "id": format!("r{i}")}))
+                .collect(),
+        ),
+    ] {
+        let (s, _, body) = send(batch(&bad)).await;
+        assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    }
+    let (s, _, _) = send(get("m")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // No partition key header: 400.
+    let (s, _, body) = send(
+        signed(&http, base, Method::POST, docs, "docs", link)
+            .header("x-ms-cosmos-is-batch-request", "True")
+            .header("x-ms-cosmos-batch-atomic", "True")
+            .js(&json!([{"operationType": "Read", "id": "a"}])),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_is_not_served_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("data"));
@@ -514,20 +853,7 @@ async fn what_is_not_served_says_so() {
     let base = &server.base;
     setup(&http, base, "shop", "orders").await;
     let link = "dbs/shop/colls/orders";
-    let (s, _, body) = send(
-        signed(
-            &http,
-            base,
-            Method::PATCH,
-            "/dbs/shop/colls/orders/docs/a",
-            "docs",
-            "dbs/shop/colls/orders/docs/a",
-        )
-        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
-        .js(&json!({"operations": [{"op": "set", "path": "/a", "value": 1}]})),
-    )
-    .await;
-    assert_cosmos_error(s, &body, StatusCode::NOT_IMPLEMENTED, "NotImplemented");
+    // A bulk (non-atomic) batch request: 501, nothing written.
     let (s, _, body) = send(
         signed(
             &http,
@@ -538,11 +864,25 @@ async fn what_is_not_served_says_so() {
             link,
         )
         .header("x-ms-cosmos-is-batch-request", "True")
+        .header("x-ms-cosmos-batch-atomic", "False")
         .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
         .js(&json!([{"operationType": "Create", "resourceBody": {"id": "a", "pk": "C1"}}])),
     )
     .await;
     assert_cosmos_error(s, &body, StatusCode::NOT_IMPLEMENTED, "NotImplemented");
+    let (s, _, _) = send(
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/docs/a",
+            "docs",
+            "dbs/shop/colls/orders/docs/a",
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
     let (s, _, body) = send(
         signed(
             &http,

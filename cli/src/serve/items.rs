@@ -1,12 +1,15 @@
 //! Documents: `/dbs/{db}/colls/{coll}/docs` (create, upsert, query, read feed) and
-//! `/dbs/{db}/colls/{coll}/docs/{id}` (read, replace, delete).
+//! `/dbs/{db}/colls/{coll}/docs/{id}` (read, replace, patch, delete); a POST with
+//! `x-ms-cosmos-is-batch-request: True` is a transactional batch (`batch.rs`).
 //!
 //! Point operations need the `x-ms-documentdb-partitionkey` header; on a create or upsert it
 //! is optional, and when given must name the partition the body's partition key path holds
-//! (else 400, nothing written). `If-Match` makes replace, upsert and delete conditional (412
-//! on another etag, 404 when the item is missing or expired); `If-None-Match` on a read gives
-//! 304 when the item still has that etag. Everything else (validation, TTL, 409, 413) is
-//! the library's, with its Cosmos status codes.
+//! (else 400, nothing written). A PATCH body is `{"operations": [...], "condition": "FROM c
+//! WHERE ..."}` or the bare array of operations (an item that does not meet the condition:
+//! 412). `If-Match` makes replace,
+//! upsert, patch and delete conditional (412 on another etag, 404 when the item is missing or
+//! expired); `If-None-Match` on a read gives 304 when the item still has that etag.
+//! Everything else (validation, TTL, 409, 413) is the library's, with its Cosmos status codes.
 
 use axum::http::{Method, StatusCode};
 use ebbdb::{Container, ItemOptions, PartitionKey, Query, QueryOptions};
@@ -25,11 +28,8 @@ pub fn documents(c: &Container, req: &Request, db: &str) -> Reply {
     let r = || -> Result<Reply, Reply> {
         match req.method {
             Method::POST => {
-                if req.header("x-ms-cosmos-is-batch-request")?.is_some() {
-                    return Err(Reply::error(
-                        StatusCode::NOT_IMPLEMENTED,
-                        "transactional batch is not supported by ebbdb serve yet",
-                    ));
+                if req.flag(names::IS_BATCH_REQUEST)? {
+                    return super::batch::run(c, req);
                 }
                 if req.flag(names::IS_QUERY_PLAN)? {
                     return Ok(query_plan(req));
@@ -98,10 +98,15 @@ pub fn document(c: &Container, req: &Request, id: &str) -> Reply {
                 super::reply::bump_lsn();
                 Ok(Reply::empty(StatusCode::NO_CONTENT))
             }
-            Method::PATCH => Err(Reply::error(
-                StatusCode::NOT_IMPLEMENTED,
-                "patch is not supported by ebbdb serve yet",
-            )),
+            Method::PATCH => {
+                let body = req.json()?;
+                let (ops, opts) = super::batch::patch_body(&body, item_options(req)?)?;
+                let stored = c
+                    .patch_item_with(pk, id, &ops, &opts)
+                    .map_err(|e| Reply::from_ebbdb(&e))?;
+                super::reply::bump_lsn();
+                Ok(Reply::ok(stored).etag_from_body())
+            }
             ref m => Ok(not_allowed(m, "a document")),
         }
     };

@@ -16,6 +16,7 @@
 
 mod account;
 mod auth;
+mod batch;
 mod catalog;
 mod containers;
 mod items;

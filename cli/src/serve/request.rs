@@ -28,6 +28,8 @@ pub mod names {
     pub const IS_QUERY: &str = "x-ms-documentdb-isquery";
     pub const IS_QUERY_PLAN: &str = "x-ms-cosmos-is-query-plan-request";
     pub const IS_UPSERT: &str = "x-ms-documentdb-is-upsert";
+    pub const IS_BATCH_REQUEST: &str = "x-ms-cosmos-is-batch-request";
+    pub const IS_BATCH_ATOMIC: &str = "x-ms-cosmos-batch-atomic";
     pub const MAX_ITEM_COUNT: &str = "x-ms-max-item-count";
     pub const CONTINUATION: &str = "x-ms-continuation";
 }
@@ -67,39 +69,9 @@ impl Request {
     /// `x-ms-documentdb-partitionkey`: a JSON array of one value (`[]` or `[{}]` for items
     /// without a partition key value); `None` when absent.
     pub fn partition_key(&self) -> Result<Option<PartitionKey>, Reply> {
-        let Some(text) = self.header(names::PARTITION_KEY)? else {
-            return Ok(None);
-        };
-        let v: Value = serde_json::from_str(text).map_err(|e| {
-            bad(format!(
-                "the {} header is not a JSON array: {e}",
-                names::PARTITION_KEY
-            ))
-        })?;
-        let Value::Array(parts) = v else {
-            return Err(bad(format!(
-                "the {} header must be a JSON array such as [\"value\"]",
-                names::PARTITION_KEY
-            )));
-        };
-        match parts.as_slice() {
-            [] => Ok(Some(PartitionKey::UNDEFINED)),
-            [Value::Object(o)] if o.is_empty() => Ok(Some(PartitionKey::UNDEFINED)),
-            [Value::Null] => Ok(Some(PartitionKey::NULL)),
-            [Value::Bool(b)] => Ok(Some(PartitionKey::from(*b))),
-            [Value::String(s)] => Ok(Some(PartitionKey::from(s.as_str()))),
-            [Value::Number(n)] => match n.as_f64() {
-                Some(f) => Ok(Some(PartitionKey::from(f))),
-                None => Err(bad("the partition key number is out of range")),
-            },
-            [_] => Err(bad(
-                "a partition key value must be a string, number, bool or null",
-            )),
-            _ => Err(bad(
-                "the partition key has more components than the container's one path \
-                 (hierarchical partition keys are not supported)",
-            )),
-        }
+        self.header(names::PARTITION_KEY)?
+            .map(parse_partition_key)
+            .transpose()
     }
 
     /// The partition key a point operation needs; a 400 when the header is missing.
@@ -146,6 +118,41 @@ impl Request {
     /// `If-None-Match`, when present.
     pub fn if_none_match(&self) -> Result<Option<String>, Reply> {
         Ok(self.header("if-none-match")?.map(str::to_owned))
+    }
+}
+
+/// A partition key in the header's form: a JSON array of one value (`[]` or `[{}]` for
+/// items without a partition key value).
+pub fn parse_partition_key(text: &str) -> Result<PartitionKey, Reply> {
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        bad(format!(
+            "the {} header is not a JSON array: {e}",
+            names::PARTITION_KEY
+        ))
+    })?;
+    let Value::Array(parts) = v else {
+        return Err(bad(format!(
+            "the {} header must be a JSON array such as [\"value\"]",
+            names::PARTITION_KEY
+        )));
+    };
+    match parts.as_slice() {
+        [] => Ok(PartitionKey::UNDEFINED),
+        [Value::Object(o)] if o.is_empty() => Ok(PartitionKey::UNDEFINED),
+        [Value::Null] => Ok(PartitionKey::NULL),
+        [Value::Bool(b)] => Ok(PartitionKey::from(*b)),
+        [Value::String(s)] => Ok(PartitionKey::from(s.as_str())),
+        [Value::Number(n)] => match n.as_f64() {
+            Some(f) => Ok(PartitionKey::from(f)),
+            None => Err(bad("the partition key number is out of range")),
+        },
+        [_] => Err(bad(
+            "a partition key value must be a string, number, bool or null",
+        )),
+        _ => Err(bad(
+            "the partition key has more components than the container's one path \
+             (hierarchical partition keys are not supported)",
+        )),
     }
 }
 

@@ -167,6 +167,97 @@ def test_etags_412(container):
     assert status_of(lambda: c.read_item("e", partition_key="C1")) == 404
 
 
+def test_patch_item(container):
+    c = container
+    created = c.create_item({"id": "p", "customerId": "C1", "n": 1, "tags": ["a"], "old": True})
+    patched = c.patch_item("p", partition_key="C1", patch_operations=[
+        {"op": "set", "path": "/status", "value": "shipped"},
+        {"op": "incr", "path": "/n", "value": 2},
+        {"op": "add", "path": "/tags/-", "value": "b"},
+        {"op": "remove", "path": "/old"},
+    ])
+    assert patched["status"] == "shipped" and patched["n"] == 3
+    assert patched["tags"] == ["a", "b"] and "old" not in patched
+    assert patched["_etag"] != created["_etag"]
+    assert c.read_item("p", partition_key="C1") == patched
+    # A condition the item meets patches; one it does not meet is 412 and writes nothing.
+    met = c.patch_item("p", partition_key="C1", filter_predicate="FROM c WHERE c.n = 3",
+                       patch_operations=[{"op": "replace", "path": "/status", "value": "done"}])
+    assert met["status"] == "done"
+    with pytest.raises(exceptions.CosmosAccessConditionFailedError) as e:
+        c.patch_item("p", partition_key="C1", filter_predicate="FROM c WHERE c.n > 100",
+                     patch_operations=[{"op": "set", "path": "/status", "value": "lost"}])
+    assert e.value.status_code == 412
+    # A stale etag: 412; the current one patches.
+    assert status_of(lambda: c.patch_item(
+        "p", partition_key="C1", patch_operations=[{"op": "incr", "path": "/n", "value": 100}],
+        etag=patched["_etag"], match_condition=MatchConditions.IfNotModified)) == 412
+    assert c.read_item("p", partition_key="C1")["n"] == 3
+    now = c.patch_item(
+        "p", partition_key="C1", patch_operations=[{"op": "incr", "path": "/n", "value": 1}],
+        etag=met["_etag"], match_condition=MatchConditions.IfNotModified)
+    assert now["n"] == 4
+    # 404 for a missing item; 400 for an unknown op or a protected path.
+    assert status_of(lambda: c.patch_item(
+        "nope", partition_key="C1", patch_operations=[{"op": "set", "path": "/a", "value": 1}])) == 404
+    assert status_of(lambda: c.patch_item(
+        "p", partition_key="C1", patch_operations=[{"op": "frob", "path": "/a", "value": 1}])) == 400
+    assert status_of(lambda: c.patch_item(
+        "p", partition_key="C1",
+        patch_operations=[{"op": "set", "path": "/customerId", "value": "C2"}])) == 400
+    assert c.read_item("p", partition_key="C1") == now
+
+
+def test_transactional_batch(container):
+    c = container
+    c.create_item({"id": "old", "customerId": "C1", "n": 1})
+    results = c.execute_item_batch([
+        ("create", ({"id": "b1", "customerId": "C1", "n": 1},)),
+        ("upsert", ({"id": "b2", "customerId": "C1", "n": 1},)),
+        ("replace", ("b2", {"id": "b2", "customerId": "C1", "n": 2})),
+        ("patch", ("old", [{"op": "incr", "path": "/n", "value": 5}])),
+        ("read", ("old",)),
+        ("delete", ("b1",)),
+    ], partition_key="C1")
+    assert [r["statusCode"] for r in results] == [201, 201, 200, 200, 200, 204]
+    assert results[4]["resourceBody"]["n"] == 6
+    assert status_of(lambda: c.read_item("b1", partition_key="C1")) == 404
+    assert c.read_item("b2", partition_key="C1")["n"] == 2
+    before = c.read_item("old", partition_key="C1")
+
+    # A failing create in the middle: CosmosBatchOperationError naming it, nothing written.
+    with pytest.raises(exceptions.CosmosBatchOperationError) as e:
+        c.execute_item_batch([
+            ("create", ({"id": "n1", "customerId": "C1"},)),
+            ("patch", ("old", [{"op": "set", "path": "/n", "value": 100}])),
+            ("create", ({"id": "b2", "customerId": "C1"},)),
+            ("create", ({"id": "n2", "customerId": "C1"},)),
+        ], partition_key="C1")
+    assert e.value.error_index == 2
+    assert e.value.status_code == 409
+    assert [r["statusCode"] for r in e.value.operation_responses] == [424, 424, 409, 424]
+    for item_id in ["n1", "n2"]:
+        assert status_of(lambda: c.read_item(item_id, partition_key="C1")) == 404
+    assert c.read_item("old", partition_key="C1") == before
+
+    # A stale if_match_etag and an unmet patch condition fail the batch with 412.
+    stale = before["_etag"]
+    c.patch_item("old", partition_key="C1", patch_operations=[{"op": "set", "path": "/v", "value": 1}])
+    with pytest.raises(exceptions.CosmosBatchOperationError) as e:
+        c.execute_item_batch([
+            ("replace", ("old", {"id": "old", "customerId": "C1"}), {"if_match_etag": stale}),
+        ], partition_key="C1")
+    assert (e.value.error_index, e.value.status_code) == (0, 412)
+    with pytest.raises(exceptions.CosmosBatchOperationError) as e:
+        c.execute_item_batch([
+            ("read", ("old",)),
+            ("patch", ("old", [{"op": "set", "path": "/v", "value": 2}]),
+             {"filter_predicate": "FROM c WHERE c.v = 5"}),
+        ], partition_key="C1")
+    assert (e.value.error_index, e.value.status_code) == (1, 412)
+    assert c.read_item("old", partition_key="C1")["v"] == 1
+
+
 def test_query_parameters_and_paging(container):
     c = container
     for i in range(7):

@@ -89,6 +89,64 @@ test("items: CRUD, upsert, 404, 409, 412", async () => {
   assert.equal(await status(container.item("a", "P").delete()), 404);
 });
 
+test("patch: operations, condition, If-Match", async () => {
+  const { database } = await client.databases.createIfNotExists({ id: "js" });
+  const { container } = await database.containers.createIfNotExists({ id: "patch", partitionKey: { paths: ["/pk"] } });
+  const { resource: created } = await container.items.create({ id: "a", pk: "P", n: 1, tags: ["x"], old: true });
+  const { resource: patched, statusCode } = await container.item("a", "P").patch([
+    { op: "set", path: "/status", value: "shipped" },
+    { op: "incr", path: "/n", value: 2 },
+    { op: "add", path: "/tags/-", value: "y" },
+    { op: "remove", path: "/old" },
+  ]);
+  assert.equal(statusCode, 200);
+  assert.deepEqual([patched.status, patched.n, patched.tags, patched.old], ["shipped", 3, ["x", "y"], undefined]);
+  assert.notEqual(patched._etag, created._etag);
+  const { resource: met } = await container.item("a", "P").patch({
+    condition: "FROM c WHERE c.n = 3",
+    operations: [{ op: "replace", path: "/status", value: "done" }],
+  });
+  assert.equal(met.status, "done");
+  assert.equal(await status(container.item("a", "P").patch({
+    condition: "FROM c WHERE c.n > 100",
+    operations: [{ op: "set", path: "/status", value: "lost" }],
+  })), 412);
+  assert.equal(await status(container.item("a", "P").patch(
+    [{ op: "incr", path: "/n", value: 100 }],
+    { accessCondition: { type: "IfMatch", condition: created._etag } },
+  )), 412);
+  assert.equal(await status(container.item("nope", "P").patch([{ op: "set", path: "/a", value: 1 }])), 404);
+  assert.equal(await status(container.item("a", "P").patch([{ op: "set", path: "/pk", value: "Q" }])), 400);
+  assert.deepEqual((await container.item("a", "P").read()).resource, met);
+});
+
+test("transactional batch: all or nothing", async () => {
+  const { database } = await client.databases.createIfNotExists({ id: "js" });
+  const { container } = await database.containers.createIfNotExists({ id: "batch", partitionKey: { paths: ["/pk"] } });
+  const ok = await container.items.batch([
+    { operationType: "Create", resourceBody: { id: "a", pk: "P", n: 1 } },
+    { operationType: "Upsert", resourceBody: { id: "b", pk: "P", n: 1 } },
+    { operationType: "Patch", id: "a", resourceBody: { operations: [{ op: "incr", path: "/n", value: 4 }] } },
+    { operationType: "Read", id: "a" },
+    { operationType: "Delete", id: "b" },
+  ], "P");
+  assert.equal(ok.code, 200);
+  assert.deepEqual(ok.result.map((r) => r.statusCode), [201, 201, 200, 200, 204]);
+  assert.equal(ok.result[3].resourceBody.n, 5);
+  assert.equal((await container.item("b", "P").read()).statusCode, 404);
+  const before = (await container.item("a", "P").read()).resource;
+  // A failing create in the middle: 207, its 409 and 424 for the others, nothing written.
+  const failed = await container.items.batch([
+    { operationType: "Create", resourceBody: { id: "n1", pk: "P" } },
+    { operationType: "Replace", id: "a", resourceBody: { id: "a", pk: "P", n: 100 } },
+    { operationType: "Create", resourceBody: { id: "a", pk: "P" } },
+  ], "P");
+  assert.equal(failed.code, 207);
+  assert.deepEqual(failed.result.map((r) => r.statusCode), [424, 424, 409]);
+  assert.equal((await container.item("n1", "P").read()).statusCode, 404);
+  assert.deepEqual((await container.item("a", "P").read()).resource, before);
+});
+
 test("queries: parameters, one partition, across partitions, paging", async () => {
   const { database } = await client.databases.createIfNotExists({ id: "js" });
   const { container } = await database.containers.createIfNotExists({ id: "q", partitionKey: { paths: ["/pk"] } });
