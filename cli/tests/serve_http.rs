@@ -1116,11 +1116,43 @@ async fn change_feed_latest_version() {
         feed()
             .header("x-ms-read-key-type", "EffectivePartitionKeyRange")
             .header("x-ms-start-epk", "14F5")
-            .header("x-ms-end-epk", "14F6"),
+            .header("x-ms-end-epk", "not hex"),
     )
     .await;
     assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
-    assert!(body["message"]
-        .as_str()
-        .is_some_and(|m| m.contains("effective partition key range")));
+
+    // What the Python SDK sends for `partition_key="C2"`: the effective partition key (hash)
+    // range of "C2", [its hash, its hash + 1); in small pages, so most pages of the whole
+    // container hold no C2 item.
+    let by_hash = || {
+        feed()
+            .header("x-ms-documentdb-partitionkeyrangeid", "0")
+            .header("x-ms-read-key-type", "EffectivePartitionKeyRange")
+            .header("x-ms-start-epk", "2EB999D0F7D077C880FC4BDCA5E75699")
+            .header("x-ms-end-epk", "2EB999D0F7D077C880FC4BDCA5E7569A")
+            .header("x-ms-max-item-count", "1")
+    };
+    let mut seen = Vec::new();
+    let (s, mut h, body) = send(by_hash()).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    seen.extend(ids(&body));
+    loop {
+        let (s, next, body) = send(by_hash().header("if-none-match", etag(&h))).await;
+        if s == StatusCode::NOT_MODIFIED {
+            break;
+        }
+        assert_eq!(s, StatusCode::OK, "{body}");
+        seen.extend(ids(&body));
+        h = next;
+    }
+    assert_eq!(seen, ["o1", "o3", "o5"]);
+    // A new C1 item is not in C2's range; a new C2 item is.
+    let c2_hash_end = etag(&h);
+    create(json!({"id": "o6", "pk": "C1"})).await;
+    let (s, _, _) = send(by_hash().header("if-none-match", &c2_hash_end)).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+    create(json!({"id": "o7", "pk": "C2"})).await;
+    let (s, _, body) = send(by_hash().header("if-none-match", &c2_hash_end)).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), ["o7"]);
 }

@@ -450,10 +450,16 @@ def test_change_feed_latest_version(container):
     # Small pages: the SDK follows the etags to the end.
     paged = container.query_items_change_feed(start_time="Beginning", max_item_count=1)
     assert [d["id"] for d in paged] == ["a1", "a2", "b0", "a0"]
-    # The SDK scopes partition_key= by a hash range, which ebbdb does not compute: a 400,
-    # never the whole container.
-    assert status_of(lambda: list(container.query_items_change_feed(
-        start_time="Beginning", partition_key="C1"))) == 400
+    # One partition (the SDK sends the key's hash range): exactly its items, and its
+    # continuation sees only that partition's later writes.
+    c2 = [d["id"] for d in container.query_items_change_feed(start_time="Beginning", partition_key="C2")]
+    assert c2 == ["a2", "b0"]
+    c2_token = container.client_connection.last_response_headers["etag"]
+    container.create_item({"id": "c0", "customerId": "C1"})
+    container.create_item({"id": "c1", "customerId": "C2"})
+    assert [d["id"] for d in container.query_items_change_feed(continuation=c2_token)] == ["c1"]
+    c1 = container.query_items_change_feed(start_time="Beginning", partition_key="C1", max_item_count=1)
+    assert [d["id"] for d in c1] == ["a1", "a0", "c0"]
     # All versions and deletes: not built, 400.
     assert status_of(lambda: list(container.query_items_change_feed(
         mode="AllVersionsAndDeletes", start_time="Now"))) == 400
