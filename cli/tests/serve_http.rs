@@ -1,7 +1,7 @@
 //! `ebbdb serve` over real HTTP (reqwest): master-key auth, Cosmos error bodies and headers,
 //! malformed requests, queries and paging, many concurrent clients with no lost write,
 //! graceful shutdown that syncs (data there after a restart), patch and transactional batch,
-//! what is not served.
+//! the change feed (latest version), what is not served.
 //!
 //! Each test starts the built binary on a free port in its own temporary directory and signs
 //! its requests the way the SDKs do (`serve_common`).
@@ -892,11 +892,267 @@ async fn what_is_not_served_says_so() {
             "docs",
             link,
         )
-        .header("a-im", "Incremental feed"),
+        .header("a-im", "Full-Fidelity Feed")
+        .header("x-ms-cosmos-changefeed-wire-format-version", "2021-09-15"),
     )
     .await;
     assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
     assert!(body["message"]
         .as_str()
-        .is_some_and(|m| m.contains("change feed")));
+        .is_some_and(|m| m.contains("all-versions-and-deletes") && m.contains("not built")));
+    // The wire format header alone asks for that mode too.
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/docs",
+            "docs",
+            link,
+        )
+        .header("a-im", "Incremental feed")
+        .header("x-ms-cosmos-changefeed-wire-format-version", "2021-09-15"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    // The latest-version feed is served: the container is empty, so 304.
+    let (s, _, _) = send(
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/docs",
+            "docs",
+            link,
+        )
+        .header("a-im", "Incremental feed"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_feed_latest_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    // A container with TTL on (the items' own `ttl` counts), partition key `/pk`.
+    setup(&http, base, "shop", "other").await;
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::POST,
+            "/dbs/shop/colls",
+            "colls",
+            "dbs/shop",
+        )
+        .js(&json!({
+            "id": "orders",
+            "partitionKey": {"paths": ["/pk"], "kind": "Hash", "version": 2},
+            "defaultTtl": -1
+        })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let link = "dbs/shop/colls/orders";
+    let create = |doc: Value| {
+        let http = &http;
+        async move {
+            let (s, _, body) = send(
+                signed(
+                    http,
+                    base,
+                    Method::POST,
+                    "/dbs/shop/colls/orders/docs",
+                    "docs",
+                    link,
+                )
+                .js(&doc),
+            )
+            .await;
+            assert_eq!(s, StatusCode::CREATED, "{body}");
+        }
+    };
+    let feed = || {
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/docs",
+            "docs",
+            link,
+        )
+        .header("a-im", "Incremental Feed")
+    };
+    let ids = |body: &Value| -> Vec<String> {
+        body["Documents"]
+            .as_array()
+            .expect("Documents")
+            .iter()
+            .map(|d| d["id"].as_str().expect("id").to_owned())
+            .collect()
+    };
+    let etag = |h: &reqwest::header::HeaderMap| -> String {
+        h.get("etag")
+            .expect("etag")
+            .to_str()
+            .expect("text")
+            .to_owned()
+    };
+
+    // An empty container: 304 with an etag, from the beginning and from now.
+    let (s, h, body) = send(feed()).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED, "{body}");
+    assert!(!etag(&h).is_empty());
+    // A short-lived item: written, expired after its second, never in the feed.
+    create(json!({"id": "gone", "pk": "C1", "ttl": 1})).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    for i in 0..5 {
+        let pk = if i % 2 == 0 { "C1" } else { "C2" };
+        create(json!({"id": format!("o{i}"), "pk": pk, "n": i})).await;
+    }
+    // `*`: from now, nothing yet.
+    let (s, h, _) = send(feed().header("if-none-match", "*")).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+    let from_now = etag(&h);
+
+    // First page from the beginning (2 items), then its continuation (the rest).
+    let (s, h, body) = send(feed().header("x-ms-max-item-count", "2")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), ["o0", "o1"]);
+    assert_eq!(body["_count"], 2);
+    assert!(body["_rid"].is_string());
+    assert_eq!(h.get("x-ms-item-count").expect("count"), "2");
+    let (s, h, body) = send(feed().header("if-none-match", etag(&h))).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), ["o2", "o3", "o4"]);
+    // Nothing new: 304 with the same etag.
+    let at_end = etag(&h);
+    let (s, h, body) = send(feed().header("if-none-match", &at_end)).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED, "{body}");
+    assert_eq!(body, Value::Null);
+    assert_eq!(etag(&h), at_end);
+
+    // A new write and an update appear on the next read, from either continuation.
+    create(json!({"id": "o5", "pk": "C2"})).await;
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::PUT,
+            "/dbs/shop/colls/orders/docs/o0",
+            "docs",
+            "dbs/shop/colls/orders/docs/o0",
+        )
+        .header("x-ms-documentdb-partitionkey", "[\"C1\"]")
+        .js(&json!({"id": "o0", "pk": "C1", "n": 100})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let (s, h, body) = send(feed().header("if-none-match", &at_end)).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), ["o5", "o0"]);
+    assert_eq!(body["Documents"][1]["n"], 100);
+    let (s, _, _) = send(feed().header("if-none-match", etag(&h))).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+    let (s, _, body) = send(feed().header("if-none-match", &from_now)).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), ["o5", "o0"]);
+
+    // From the beginning again: each live item once, in the order of its last write.
+    let (s, _, body) = send(feed()).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), ["o1", "o2", "o3", "o4", "o5", "o0"]);
+
+    // One partition (by key, or the one range "0" for the whole container).
+    let (s, h, body) = send(feed().header("x-ms-documentdb-partitionkey", "[\"C2\"]")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), ["o1", "o3", "o5"]);
+    let c2_end = etag(&h);
+    let (s, _, _) = send(
+        feed()
+            .header("x-ms-documentdb-partitionkey", "[\"C2\"]")
+            .header("if-none-match", &c2_end),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+    let (s, _, body) = send(feed().header("x-ms-documentdb-partitionkeyrangeid", "0")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body).len(), 6);
+    let (s, _, body) = send(feed().header("x-ms-documentdb-partitionkeyrangeid", "1")).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    // A start time: items last written at or after it (all of them here; none in the future).
+    let (s, _, body) =
+        send(feed().header("if-modified-since", "Thu, 01 Jan 2015 00:00:00 GMT")).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body).len(), 6);
+    let (s, _, _) = send(feed().header("if-modified-since", "Fri, 01 Jan 2100 00:00:00 GMT")).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+
+    // Bad continuations: garbage, and another partition's token.
+    for token in ["not-a-token", "{\"v\":1}", c2_end.as_str()] {
+        let (s, _, body) = send(feed().header("if-none-match", token)).await;
+        assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    }
+    // Bad headers: a start time that is no date, an A-IM that is no feed, a hash range.
+    let (s, _, body) = send(feed().header("if-modified-since", "yesterday")).await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(
+        signed(
+            &http,
+            base,
+            Method::GET,
+            "/dbs/shop/colls/orders/docs",
+            "docs",
+            link,
+        )
+        .header("a-im", "everything"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    let (s, _, body) = send(
+        feed()
+            .header("x-ms-read-key-type", "EffectivePartitionKeyRange")
+            .header("x-ms-start-epk", "14F5")
+            .header("x-ms-end-epk", "not hex"),
+    )
+    .await;
+    assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+
+    // What the Python SDK sends for `partition_key="C2"`: the effective partition key (hash)
+    // range of "C2", [its hash, its hash + 1); in small pages, so most pages of the whole
+    // container hold no C2 item.
+    let by_hash = || {
+        feed()
+            .header("x-ms-documentdb-partitionkeyrangeid", "0")
+            .header("x-ms-read-key-type", "EffectivePartitionKeyRange")
+            .header("x-ms-start-epk", "2EB999D0F7D077C880FC4BDCA5E75699")
+            .header("x-ms-end-epk", "2EB999D0F7D077C880FC4BDCA5E7569A")
+            .header("x-ms-max-item-count", "1")
+    };
+    let mut seen = Vec::new();
+    let (s, mut h, body) = send(by_hash()).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    seen.extend(ids(&body));
+    loop {
+        let (s, next, body) = send(by_hash().header("if-none-match", etag(&h))).await;
+        if s == StatusCode::NOT_MODIFIED {
+            break;
+        }
+        assert_eq!(s, StatusCode::OK, "{body}");
+        seen.extend(ids(&body));
+        h = next;
+    }
+    assert_eq!(seen, ["o1", "o3", "o5"]);
+    // A new C1 item is not in C2's range; a new C2 item is.
+    let c2_hash_end = etag(&h);
+    create(json!({"id": "o6", "pk": "C1"})).await;
+    let (s, _, _) = send(by_hash().header("if-none-match", &c2_hash_end)).await;
+    assert_eq!(s, StatusCode::NOT_MODIFIED);
+    create(json!({"id": "o7", "pk": "C2"})).await;
+    let (s, _, body) = send(by_hash().header("if-none-match", &c2_hash_end)).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), ["o7"]);
 }

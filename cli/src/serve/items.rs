@@ -1,6 +1,7 @@
 //! Documents: `/dbs/{db}/colls/{coll}/docs` (create, upsert, query, read feed) and
 //! `/dbs/{db}/colls/{coll}/docs/{id}` (read, replace, patch, delete); a POST with
-//! `x-ms-cosmos-is-batch-request: True` is a transactional batch (`batch.rs`).
+//! `x-ms-cosmos-is-batch-request: True` is a transactional batch (`batch.rs`); a GET with
+//! `A-IM` is the change feed (`feed.rs`).
 //!
 //! Point operations need the `x-ms-documentdb-partitionkey` header; on a create or upsert it
 //! is optional, and when given must name the partition the body's partition key path holds
@@ -52,12 +53,8 @@ pub fn documents(c: &Container, req: &Request, db: &str) -> Reply {
                 write(c, req)
             }
             Method::GET => {
-                if req.header("a-im")?.is_some() {
-                    return Err(Reply::error(
-                        StatusCode::BAD_REQUEST,
-                        "the change feed (A-IM: Incremental feed) is not supported by ebbdb \
-                         serve yet",
-                    ));
+                if let Some(aim) = req.header("a-im")? {
+                    return super::feed::read(c, req, db, aim);
                 }
                 read_feed(c, req, db)
             }

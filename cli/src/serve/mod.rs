@@ -19,6 +19,7 @@ mod auth;
 mod batch;
 mod catalog;
 mod containers;
+mod feed;
 mod items;
 mod path;
 mod reply;

@@ -428,3 +428,38 @@ def test_wrong_key_is_401(server):
         # The client reads the account while it is built: that is already refused.
         list(CosmosClient(server, credential=wrong).list_databases())
     assert e.value.status_code == 401
+
+
+def test_change_feed_latest_version(container):
+    for i in range(3):
+        container.create_item({"id": f"a{i}", "customerId": "C1" if i < 2 else "C2"})
+    # From now: nothing yet; its continuation sees what comes next.
+    assert list(container.query_items_change_feed(start_time="Now")) == []
+    from_now = container.client_connection.last_response_headers["etag"]
+    # From the beginning: every item, in write order; save the continuation.
+    first = [d["id"] for d in container.query_items_change_feed(start_time="Beginning")]
+    assert first == ["a0", "a1", "a2"]
+    token = container.client_connection.last_response_headers["etag"]
+    # Nothing new: nothing from the continuation.
+    assert list(container.query_items_change_feed(continuation=token)) == []
+    container.create_item({"id": "b0", "customerId": "C2"})
+    container.upsert_item({"id": "a0", "customerId": "C1", "n": 7})
+    newer = list(container.query_items_change_feed(continuation=token))
+    assert [(d["id"], d.get("n")) for d in newer] == [("b0", None), ("a0", 7)]
+    assert [d["id"] for d in container.query_items_change_feed(continuation=from_now)] == ["b0", "a0"]
+    # Small pages: the SDK follows the etags to the end.
+    paged = container.query_items_change_feed(start_time="Beginning", max_item_count=1)
+    assert [d["id"] for d in paged] == ["a1", "a2", "b0", "a0"]
+    # One partition (the SDK sends the key's hash range): exactly its items, and its
+    # continuation sees only that partition's later writes.
+    c2 = [d["id"] for d in container.query_items_change_feed(start_time="Beginning", partition_key="C2")]
+    assert c2 == ["a2", "b0"]
+    c2_token = container.client_connection.last_response_headers["etag"]
+    container.create_item({"id": "c0", "customerId": "C1"})
+    container.create_item({"id": "c1", "customerId": "C2"})
+    assert [d["id"] for d in container.query_items_change_feed(continuation=c2_token)] == ["c1"]
+    c1 = container.query_items_change_feed(start_time="Beginning", partition_key="C1", max_item_count=1)
+    assert [d["id"] for d in c1] == ["a1", "a0", "c0"]
+    # All versions and deletes: not built, 400.
+    assert status_of(lambda: list(container.query_items_change_feed(
+        mode="AllVersionsAndDeletes", start_time="Now"))) == 400
