@@ -2,8 +2,12 @@
 //! the failure shows in `stats()` until a later job succeeds, and a merge that keeps failing is
 //! retried with backoff, not on every tick.
 
+mod common;
+
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::wait_until;
 
 use ebbdb::clock::ManualClock;
 use ebbdb::faults::{self, FaultKind, FaultPlan};
@@ -19,14 +23,6 @@ fn fail_creates(dir: &Path) {
         partial: false,
         no_space: true,
     });
-}
-
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]

@@ -3,51 +3,45 @@
 //! default-TTL change moved its deadlines later, the worker writes the hint after all. Either
 //! way, reopening finds every live key.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::path::Path;
+use std::time::Duration;
+
+use common::{hint_files, wait_until};
 use ebbdb::clock::ManualClock;
 use ebbdb::{DefaultTtl, Options, Store, SyncPolicy};
 
-fn hint_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".hint"))
-                .count()
-        })
-        .unwrap_or(0)
+fn opts(clock: &ManualClock) -> Options {
+    Options::default()
+        .clock(clock.clone())
+        .sync(SyncPolicy::Never)
+        .segment_size(32 * 1024)
+        .tick_interval(Duration::from_millis(5))
 }
 
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
+/// Opens a store in `dir`, writes 2,000 keys with a 10 s TTL and waits until the worker has
+/// deferred the hint of every sealed segment. Returns the store and the sealed count.
+fn store_of_dying_segments(dir: &Path, clock: &ManualClock) -> ebbdb::Result<(Store, usize)> {
+    let store = Store::open_with(dir, opts(clock))?;
+    let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
+    for i in 0..2_000u32 {
+        sessions.put(i.to_be_bytes(), [7u8; 100])?;
     }
+    let sealed = store.stats().segments - 1;
+    wait_until("every sealed segment's hint to be deferred", || {
+        store.stats().hints_deferred == sealed
+    });
+    Ok((store, sealed))
 }
 
 #[test]
 fn dying_segments_get_their_hint_only_if_they_outlive_it() -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at_unix_secs(1_700_000_000);
-    let opts = || {
-        Options::default()
-            .clock(clock.clone())
-            .sync(SyncPolicy::Never)
-            .segment_size(32 * 1024)
-            .tick_interval(Duration::from_millis(5))
-    };
-    let store = Store::open_with(dir.path(), opts())?;
-    let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
-    for i in 0..2_000u32 {
-        sessions.put(i.to_be_bytes(), [7u8; 100])?;
-    }
-    let sealed = store.stats().segments - 1;
+    let (store, sealed) = store_of_dying_segments(dir.path(), &clock)?;
     assert!(sealed >= 4, "{sealed} sealed segments");
-    wait_until("every sealed segment's hint to be deferred", || {
-        store.stats().hints_deferred == sealed
-    });
+    let sessions = store.keyspace("sessions")?;
     assert_eq!(
         hint_files(dir.path()),
         0,
@@ -76,7 +70,7 @@ fn dying_segments_get_their_hint_only_if_they_outlive_it() -> ebbdb::Result<()> 
     });
     drop((sessions, kept, store));
 
-    let store = Store::open_with(dir.path(), opts())?;
+    let store = Store::open_with(dir.path(), opts(&clock))?;
     let sessions = store.keyspace("sessions")?;
     let kept = store.keyspace("kept")?;
     assert_eq!(sessions.len()?, 2_000);
@@ -89,26 +83,9 @@ fn dying_segments_get_their_hint_only_if_they_outlive_it() -> ebbdb::Result<()> 
 fn a_store_reopened_without_the_deferred_hints_finds_every_key() -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at_unix_secs(1_700_000_000);
-    let opts = || {
-        Options::default()
-            .clock(clock.clone())
-            .sync(SyncPolicy::Never)
-            .segment_size(32 * 1024)
-            .tick_interval(Duration::from_millis(5))
-    };
-    {
-        let store = Store::open_with(dir.path(), opts())?;
-        let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
-        for i in 0..2_000u32 {
-            sessions.put(i.to_be_bytes(), [7u8; 100])?;
-        }
-        let sealed = store.stats().segments - 1;
-        wait_until("hints to be deferred", || {
-            store.stats().hints_deferred == sealed
-        });
-    }
+    drop(store_of_dying_segments(dir.path(), &clock)?);
     assert_eq!(hint_files(dir.path()), 0);
-    let store = Store::open_with(dir.path(), opts())?;
+    let store = Store::open_with(dir.path(), opts(&clock))?;
     let sessions = store.keyspace("sessions")?;
     assert_eq!(sessions.len()?, 2_000);
     clock.advance(Duration::from_secs(10));
@@ -123,27 +100,10 @@ fn a_store_reopened_without_the_deferred_hints_finds_every_key() -> ebbdb::Resul
 fn a_hint_deferred_at_close_is_written_after_the_reopen() -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at_unix_secs(1_700_000_000);
-    let opts = || {
-        Options::default()
-            .clock(clock.clone())
-            .sync(SyncPolicy::Never)
-            .segment_size(32 * 1024)
-            .tick_interval(Duration::from_millis(5))
-    };
-    let sealed = {
-        let store = Store::open_with(dir.path(), opts())?;
-        let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
-        for i in 0..2_000u32 {
-            sessions.put(i.to_be_bytes(), [7u8; 100])?;
-        }
-        let sealed = store.stats().segments - 1;
-        wait_until("hints to be deferred", || {
-            store.stats().hints_deferred == sealed
-        });
-        sealed
-    };
+    let (store, sealed) = store_of_dying_segments(dir.path(), &clock)?;
+    drop(store);
     assert_eq!(hint_files(dir.path()), 0);
-    let store = Store::open_with(dir.path(), opts())?;
+    let store = Store::open_with(dir.path(), opts(&clock))?;
     // Still about to die: still deferred (the close sealed the active segment too).
     assert!(
         store.stats().hints_deferred >= sealed,

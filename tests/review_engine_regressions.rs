@@ -311,62 +311,6 @@ fn concurrent_reapers_report_a_single_version_once() -> ebbdb::Result<()> {
     Ok(())
 }
 
-fn hint_files(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".hint"))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
-/// fd8a2a4 says a deferred hint is "written only if the segment outlives its expected death".
-/// The set of deferred segments lived in memory only and open queued no hint: a segment whose
-/// hint was deferred when the store closed never got one, however long it lived (every later
-/// open scanned it). Open now hands every hintless sealed segment to the worker.
-#[test]
-fn a_deferred_hint_is_written_after_a_reopen_once_the_segment_outlives_its_death(
-) -> ebbdb::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let c = common::clock();
-    let opts = || {
-        Options::default()
-            .clock(c.clone())
-            .sync(SyncPolicy::Never)
-            .segment_size(32 * 1024)
-            .tick_interval(Duration::from_millis(5))
-    };
-    {
-        let store = Store::open_with(dir.path(), opts())?;
-        let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
-        for i in 0..2_000u32 {
-            sessions.put(i.to_be_bytes(), [7u8; 100])?;
-        }
-        let sealed = store.stats().segments - 1;
-        let start = std::time::Instant::now();
-        while store.stats().hints_deferred != sealed {
-            assert!(start.elapsed() < Duration::from_secs(20), "hints deferred");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-    assert_eq!(hint_files(dir.path()), 0);
-    let store = Store::open_with(dir.path(), opts())?;
-    store
-        .keyspace("sessions")?
-        .set_default_ttl(DefaultTtl::Seconds(3600))?;
-    c.advance(Duration::from_secs(16));
-    let start = std::time::Instant::now();
-    while hint_files(dir.path()) == 0 && start.elapsed() < Duration::from_secs(3) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        hint_files(dir.path()) > 0,
-        "the segments outlived their expected death by far, and still have no hint"
-    );
-    Ok(())
-}
-
 /// A write takes its `now` before the log mutex. If it waits there (here: a keyspace creation
 /// holds the mutex across a slow manifest fsync) while the clock passes the second in which
 /// the new version's deadline falls and a reaper pass completes (`reaped_upto` = that

@@ -42,3 +42,26 @@ pub fn segments(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     v.sort();
     Ok(v)
 }
+
+/// Hint files in `dir`.
+pub fn hint_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".hint"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (at most 20 s, polling every 5 ms) for a background thread to make `cond` true.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
