@@ -25,6 +25,10 @@ pub enum Error {
     /// The item or container already exists (HTTP 409).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A change feed position older than the container's retention window: the history it
+    /// needs may be gone (HTTP 410). Start again from `Beginning` or `Now`.
+    #[error("gone: {0}")]
+    Gone(String),
     /// An `if_match` etag did not match the live item (HTTP 412).
     #[error("precondition failed: {0}")]
     PreconditionFailed(String),
@@ -96,6 +100,7 @@ impl Error {
             Error::BadRequest(_) | Error::InvalidOptions(_) => 400,
             Error::NotFound(_) => 404,
             Error::Conflict(_) => 409,
+            Error::Gone(_) => 410,
             Error::PreconditionFailed(_) => 412,
             Error::TooLarge(_) => 413,
             Error::Locked(_) => 423,

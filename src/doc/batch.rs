@@ -301,7 +301,7 @@ impl Container {
         let pk_path = self.props.partition_key_path.clone();
         let mut results: Vec<BatchOperationResult> = Vec::with_capacity(batch.ops.len());
         let mut failed: Option<(usize, Error)> = None;
-        self.ks.write_planned(|view| {
+        self.write_items(|view| {
             let now_ms = view.now_ms();
             // Key → the item as the batch has left it (`None`: absent).
             let mut overlay: HashMap<Vec<u8>, Option<Value>> = HashMap::new();

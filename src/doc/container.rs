@@ -19,13 +19,14 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::database::Database;
+use super::feed::{add_history, HistorySlot};
 use super::partition::{self, PartitionKey};
 use super::precheck;
 use super::properties::ContainerProperties;
 use super::query::{PageSpec, Query, QueryOptions};
 use super::stored;
 use super::validate;
-use crate::engine::{Current, Iter, Keyspace};
+use crate::engine::{Current, Existed, Iter, Keyspace, KeyspaceView, PlannedOp};
 use crate::error::{Error, Result};
 use crate::ttl::ItemTtl;
 
@@ -89,6 +90,9 @@ pub struct Container {
     pub(super) db: Database,
     pub(super) props: ContainerProperties,
     pub(super) ks: Keyspace,
+    /// The all-versions change feed's history, shared by every handle of this container
+    /// (`None` without a change feed retention).
+    pub(super) hist: HistorySlot,
 }
 
 /// An item prepared for writing.
@@ -104,7 +108,68 @@ struct Prepared {
 
 impl Container {
     pub(crate) fn new(db: Database, props: ContainerProperties, ks: Keyspace) -> Self {
-        Self { db, props, ks }
+        let hist = db.history_slot(&props);
+        Self {
+            db,
+            props,
+            ks,
+            hist,
+        }
+    }
+
+    /// True while the container keeps history for the all-versions change feed.
+    pub(super) fn keeps_history(&self) -> bool {
+        self.hist.read().is_some()
+    }
+
+    /// A planned write of items (`engine/planned.rs`): `plan` runs under the log mutex and
+    /// returns the item writes. With a change feed retention, their history is added to the
+    /// same log batch (`feed/history.rs`), so a crash keeps both or neither.
+    pub(super) fn write_items(
+        &self,
+        plan: impl FnOnce(&KeyspaceView<'_, '_>) -> Result<Vec<PlannedOp>>,
+    ) -> Result<Existed> {
+        let guard = self.hist.read();
+        match guard.as_ref() {
+            None => self.ks.write_planned(plan),
+            Some(h) => self.ks.write_planned_pair(&h.ks, |items, hist| {
+                let ops = plan(items)?;
+                if ops.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let ttl_history = self.ks.ttl_history();
+                add_history(ops, items, hist, h.retention, &ttl_history)
+            }),
+        }
+    }
+
+    /// A single-item write on a container that keeps history: the check and the stamp
+    /// (`_ts`, `_etag`) happen at the write's instant under the log mutex, so `_ts` never
+    /// decreases along the log (the all-versions order relies on it). `put` is the prepared
+    /// item and its id; `None` deletes.
+    fn write_one_stamped(
+        &self,
+        key: &[u8],
+        put: Option<(&Value, &str)>,
+        check: impl FnOnce(&Current<'_>) -> Result<()>,
+    ) -> Result<Option<Value>> {
+        let limit = self.db.max_item_size();
+        let mut out = None;
+        self.write_items(|view| {
+            check(&view.current(key))?;
+            match put {
+                Some((stored, id)) => {
+                    let Value::Object(map) = stored.clone() else {
+                        return Err(Error::BadRequest("item must be a JSON object".into()));
+                    };
+                    let (bytes, ttl, stored) = finish(map, id, view.now_ms(), limit)?;
+                    out = Some(stored);
+                    Ok(vec![(key.to_vec(), Some((bytes, ttl)))])
+                }
+                None => Ok(vec![(key.to_vec(), None)]),
+            }
+        })?;
+        Ok(out)
     }
 
     /// The container's id.
@@ -172,14 +237,20 @@ impl Container {
     /// 400 for an invalid item, 409 on conflict, 413 when too large.
     pub fn create_item(&self, item: &impl Serialize) -> Result<Value> {
         let (p, _, id) = self.prepare(item)?;
+        let check = |cur: &Current<'_>| {
+            if cur.exists() {
+                Err(Error::Conflict(format!("item '{id}' already exists")))
+            } else {
+                Ok(())
+            }
+        };
+        if self.keeps_history() {
+            let stored = self.write_one_stamped(&p.key, Some((&p.stored, &id)), check)?;
+            self.db.notify_change();
+            return Ok(stored.unwrap_or(p.stored));
+        }
         self.ks
-            .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
-                if cur.exists() {
-                    Err(Error::Conflict(format!("item '{id}' already exists")))
-                } else {
-                    Ok(())
-                }
-            })?;
+            .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, check)?;
         self.db.notify_change();
         Ok(p.stored)
     }
@@ -200,6 +271,13 @@ impl Container {
     pub fn upsert_item_with(&self, item: &impl Serialize, opts: &ItemOptions) -> Result<Value> {
         opts.refuse_predicate()?;
         let (p, _, id) = self.prepare(item)?;
+        if self.keeps_history() {
+            let stored = self.write_one_stamped(&p.key, Some((&p.stored, &id)), |cur| {
+                check_etag(&id, cur, opts, false)
+            })?;
+            self.db.notify_change();
+            return Ok(stored.unwrap_or(p.stored));
+        }
         if opts.if_match.is_none() {
             self.ks.write_unchecked(&p.key, (p.bytes, p.ttl), p.at_ms)?;
         } else {
@@ -250,6 +328,13 @@ impl Container {
                 self.props.partition_key_path
             )));
         }
+        if self.keeps_history() {
+            let stored = self.write_one_stamped(&p.key, Some((&p.stored, id)), |cur| {
+                check_etag(id, cur, opts, true)
+            })?;
+            self.db.notify_change();
+            return Ok(stored.unwrap_or(p.stored));
+        }
         self.ks
             .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
                 check_etag(id, cur, opts, true)
@@ -297,6 +382,11 @@ impl Container {
     ) -> Result<()> {
         opts.refuse_predicate()?;
         let key = partition::encode_key(&pk.into(), id);
+        if self.keeps_history() {
+            self.write_one_stamped(&key, None, |cur| check_etag(id, cur, opts, true))?;
+            self.db.notify_change();
+            return Ok(());
+        }
         self.ks
             .write_checked(&key, None, self.ks.store().now_unix_millis(), |cur| {
                 check_etag(id, cur, opts, true)

@@ -15,6 +15,7 @@
 //! first one's system entry (409) instead of deleting its keyspace as a leftover. Item
 //! operations never take this mutex.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::container::Container;
+use super::feed::{History, HistorySlot};
 use super::properties::ContainerProperties;
 use crate::engine::{Keyspace, Store};
 use crate::error::{Error, Result};
@@ -34,6 +36,12 @@ const SYSTEM_KEYSPACE: &str = "__containers";
 
 pub(crate) fn keyspace_name(id: &str) -> String {
     format!("c:{id}")
+}
+
+/// The keyspace of a container's change feed history (all-versions-and-deletes mode,
+/// `feed/history.rs`); it exists while the container has a change feed retention.
+pub(crate) fn history_keyspace_name(id: &str) -> String {
+    format!("__feed:{id}")
 }
 
 /// A database of containers holding JSON items, with Cosmos DB TTL semantics.
@@ -63,6 +71,9 @@ pub struct Database {
     catalog: Arc<Mutex<()>>,
     /// Wakes change-feed iterators after document-layer writes (`feed.rs`).
     changes: Arc<super::feed::ChangeSignal>,
+    /// Per container id, the history of its all-versions change feed, shared by every handle
+    /// of that container so that turning retention on or off reaches handles opened before.
+    histories: Arc<Mutex<HashMap<String, HistorySlot>>>,
 }
 
 impl Database {
@@ -88,6 +99,7 @@ impl Database {
             max_item_size,
             catalog: Arc::new(Mutex::new(())),
             changes: Arc::default(),
+            histories: Arc::default(),
         })
     }
 
@@ -160,8 +172,47 @@ impl Database {
         let ks = self
             .store
             .create_keyspace_internal(&name, props.default_ttl)?;
+        // A history keyspace without retention in the catalogue is a leftover too; a fresh
+        // one is created before the entry that says retention is on.
+        let history = self.fresh_history(&props)?;
         self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+        self.histories
+            .lock()
+            .insert(props.id.clone(), Arc::new(parking_lot::RwLock::new(history)));
         Ok(Container::new(self.clone(), props, ks))
+    }
+
+    /// Deletes any history keyspace of `props.id` and, if `props` has a retention, creates an
+    /// empty one. Caller holds the catalogue mutex.
+    fn fresh_history(&self, props: &ContainerProperties) -> Result<Option<History>> {
+        let name = history_keyspace_name(&props.id);
+        match self.store.delete_keyspace_internal(&name) {
+            Ok(()) | Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        match props.retention_secs() {
+            None => Ok(None),
+            Some(retention) => Ok(Some(History {
+                ks: self
+                    .store
+                    .create_keyspace_internal(&name, DefaultTtl::NeverExpire)?,
+                retention,
+            })),
+        }
+    }
+
+    /// The history slot shared by every handle of container `props.id`, loaded on first use.
+    pub(crate) fn history_slot(&self, props: &ContainerProperties) -> HistorySlot {
+        let mut map = self.histories.lock();
+        Arc::clone(map.entry(props.id.clone()).or_insert_with(|| {
+            let history = props.retention_secs().and_then(|retention| {
+                self.store
+                    .keyspace(&history_keyspace_name(&props.id))
+                    .ok()
+                    .map(|ks| History { ks, retention })
+            });
+            Arc::new(parking_lot::RwLock::new(history))
+        }))
     }
 
     /// Opens an existing container.
@@ -214,8 +265,40 @@ impl Database {
         let ks = self.container_keyspace(&props)?;
         if ks.default_ttl() != props.default_ttl {
             ks.set_default_ttl(props.default_ttl)?;
+            // A default-TTL change can expire items at once: wake change-feed iterators.
+            self.notify_change();
         }
-        self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+        if old.change_feed_retention_minutes != props.change_feed_retention_minutes {
+            // No item write of this container runs while its slot is write-locked.
+            let slot = self.history_slot(&old);
+            let mut history = slot.write();
+            match (history.as_mut(), props.retention_secs()) {
+                (Some(h), Some(retention)) => {
+                    self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+                    h.retention = retention;
+                }
+                (None, Some(_)) => {
+                    // Keyspace first, then the entry: a crash in between leaves a leftover.
+                    let fresh = self.fresh_history(&props)?;
+                    self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+                    *history = fresh;
+                }
+                (_, None) => {
+                    // Entry first, then the keyspace: a crash in between leaves a leftover.
+                    self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+                    *history = None;
+                    match self
+                        .store
+                        .delete_keyspace_internal(&history_keyspace_name(&props.id))
+                    {
+                        Ok(()) | Err(Error::NotFound(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        } else {
+            self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+        }
         Ok(Container::new(self.clone(), props, ks))
     }
 
@@ -228,10 +311,16 @@ impl Database {
         if !self.system.delete(id.as_bytes())? {
             return Err(Error::NotFound(format!("container '{id}'")));
         }
-        match self.store.delete_keyspace_internal(&keyspace_name(id)) {
-            Ok(()) | Err(Error::NotFound(_)) => Ok(()),
-            Err(e) => Err(e),
+        if let Some(slot) = self.histories.lock().remove(id) {
+            *slot.write() = None;
         }
+        for name in [keyspace_name(id), history_keyspace_name(id)] {
+            match self.store.delete_keyspace_internal(&name) {
+                Ok(()) | Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Properties of every container, sorted by id.

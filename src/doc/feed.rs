@@ -5,8 +5,10 @@
 //! write (the engine's sequence numbers, `engine/feed.rs`): each live item's newest version
 //! once, deletes and expiries not shown. A continuation names a position in that order (the
 //! last sequence number considered), so it resumes exactly across writes, restarts and
-//! compactions (records keep their sequence numbers). The all-versions-and-deletes mode is not
-//! built (see DESIGN.md §16.2 for its design); asking for it is a 400.
+//! compactions (records keep their sequence numbers). The all-versions-and-deletes mode reads
+//! the container's history (`feed/history.rs`, `feed/all.rs`, DESIGN.md §16.2): every create,
+//! replace and delete and every expiry, each once, for containers with a change feed
+//! retention.
 //!
 //! Writes of the document layer (create, upsert, replace, delete, patch, batch) signal a
 //! [`ChangeSignal`] shared by the database's handles; a waiting iterator wakes on it (and
@@ -23,6 +25,12 @@ use super::container::Container;
 use super::partition::{self, PartitionKey};
 use super::stored;
 use crate::error::{Error, Result};
+
+mod all;
+mod history;
+
+pub(crate) use history::{add_history, History, HistorySlot};
+use history::OrderKey;
 
 /// How often a waiting [`ChangeFeedIter`] polls even without a signal.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
@@ -47,7 +55,8 @@ pub enum ChangeFeedMode {
     /// Each live item's newest version once, in the order of its last write (the default).
     #[default]
     LatestVersion,
-    /// Every create, replace and delete, and every TTL expiry. Not built yet: a 400.
+    /// Every create, replace (upsert, patch) and delete, and every TTL expiry, each once, in
+    /// commit order (DESIGN.md §16.2). Needs the container's change feed retention (else 400).
     AllVersionsAndDeletes,
 }
 
@@ -111,9 +120,20 @@ struct Position {
     since: u64,
 }
 
-/// A page as read: the start position, the changes with their sequence numbers, and the
-/// position after the page.
-type Page = (Position, Vec<(u64, Value)>, Position);
+/// A latest-version page: the start position, the changes with their sequence numbers, and
+/// the position after the page.
+type LatestPage = (Position, Vec<(u64, Value)>, Position);
+
+/// A position in either mode.
+#[derive(Debug, Clone, Copy)]
+enum Pos {
+    Latest(Position),
+    All(OrderKey),
+}
+
+/// A page as read: the start position, the changes each with the position after it, the
+/// position after the page, and (all versions) the Unix second of the next expiry.
+type Page = (Pos, Vec<(Pos, Value)>, Pos, Option<u64>);
 
 fn scope_check(container: &str, prefix: Option<&[u8]>, after: u64, since: u64) -> u32 {
     let mut h = crc32fast::Hasher::new();
@@ -212,30 +232,68 @@ impl Container {
     ///
     /// # Errors
     /// 400 for a continuation of another container, partition key or mode (or a damaged
-    /// one), and for [`ChangeFeedMode::AllVersionsAndDeletes`] (not built yet); 404 if the
-    /// container was deleted; storage errors.
+    /// one), and for [`ChangeFeedMode::AllVersionsAndDeletes`] on a container without a change
+    /// feed retention; 410 ([`Error::Gone`]) in that mode for a continuation or start time
+    /// older than the retention window; 404 if the container was deleted; storage errors.
     pub fn read_change_feed(&self, opts: &ChangeFeedOptions) -> Result<ChangeFeedPage> {
-        if opts.mode == ChangeFeedMode::AllVersionsAndDeletes {
-            return Err(Error::BadRequest(
-                "the all-versions-and-deletes change feed mode is not supported yet".into(),
-            ));
-        }
         self.ks.check_alive()?;
         let prefix = opts.partition_key.as_ref().map(partition::encode_prefix);
-        let (_, changes, next) = self.feed_page(opts, prefix.as_deref())?;
+        let (_, changes, next, _) = self.feed_page(opts, prefix.as_deref())?;
         Ok(ChangeFeedPage {
             changes: changes.into_iter().map(|(_, v)| v).collect(),
-            continuation: encode(self.id(), prefix.as_deref(), &next),
+            continuation: self.encode_pos(prefix.as_deref(), &next),
         })
     }
 
-    /// One page from `opts.start`: the start position, the changes with their sequence
-    /// numbers, and the position after the page.
-    fn feed_page(
+    fn encode_pos(&self, prefix: Option<&[u8]>, pos: &Pos) -> String {
+        match pos {
+            Pos::Latest(p) => encode(self.id(), prefix, p),
+            Pos::All(k) => all::encode(self.id(), prefix, k),
+        }
+    }
+
+    /// One page from `opts.start` in `opts.mode`.
+    fn feed_page(&self, opts: &ChangeFeedOptions, prefix: Option<&[u8]>) -> Result<Page> {
+        let max = opts.max_item_count.unwrap_or(100).max(1);
+        if opts.mode == ChangeFeedMode::AllVersionsAndDeletes {
+            let page = self.all_versions_page(&opts.start, max, prefix)?;
+            return Ok((
+                Pos::All(page.start),
+                page.changes
+                    .into_iter()
+                    .map(|(k, v)| (Pos::All(k), v))
+                    .collect(),
+                Pos::All(page.next),
+                page.wake_at,
+            ));
+        }
+        let (start, changes, next) = self.latest_page(opts, prefix)?;
+        Ok((
+            Pos::Latest(start),
+            changes
+                .into_iter()
+                .map(|(seq, v)| {
+                    (
+                        Pos::Latest(Position {
+                            after: seq,
+                            since: start.since,
+                        }),
+                        v,
+                    )
+                })
+                .collect(),
+            Pos::Latest(next),
+            None,
+        ))
+    }
+
+    /// One latest-version page from `opts.start`: the start position, the changes with their
+    /// sequence numbers, and the position after the page.
+    fn latest_page(
         &self,
         opts: &ChangeFeedOptions,
         prefix: Option<&[u8]>,
-    ) -> Result<Page> {
+    ) -> Result<LatestPage> {
         let (now_ms, cut) = self.ks.feed_cut();
         let pos = match &opts.start {
             ChangeFeedStart::Beginning => Position { after: 0, since: 0 },
@@ -278,17 +336,11 @@ impl Container {
     /// # Errors
     /// As [`Container::read_change_feed`], for the first page.
     pub fn change_feed_iter(&self, opts: &ChangeFeedOptions) -> Result<ChangeFeedIter> {
-        if opts.mode == ChangeFeedMode::AllVersionsAndDeletes {
-            return Err(Error::BadRequest(
-                "the all-versions-and-deletes change feed mode is not supported yet".into(),
-            ));
-        }
         self.ks.check_alive()?;
         let prefix = opts.partition_key.as_ref().map(partition::encode_prefix);
-        let (start, changes, next) = self.feed_page(opts, prefix.as_deref())?;
+        let (start, changes, next, wake_at) = self.feed_page(opts, prefix.as_deref())?;
         let mut opts = opts.clone();
-        opts.start =
-            ChangeFeedStart::Continuation(encode(self.id(), prefix.as_deref(), &next));
+        opts.start = ChangeFeedStart::Continuation(self.encode_pos(prefix.as_deref(), &next));
         Ok(ChangeFeedIter {
             container: self.clone(),
             opts,
@@ -296,6 +348,7 @@ impl Container {
             prefix,
             buf: changes.into_iter().collect(),
             signal: self.db.change_signal(),
+            wake_at,
         })
     }
 }
@@ -308,11 +361,13 @@ pub struct ChangeFeedIter {
     /// Options whose start is the continuation after the last page read.
     opts: ChangeFeedOptions,
     /// The position after the last change returned.
-    returned: Position,
+    returned: Pos,
     prefix: Option<Vec<u8>>,
-    /// Changes read but not returned yet, with their sequence numbers.
-    buf: std::collections::VecDeque<(u64, Value)>,
+    /// Changes read but not returned yet, each with the position after it.
+    buf: std::collections::VecDeque<(Pos, Value)>,
     signal: Arc<ChangeSignal>,
+    /// All versions: the Unix second of the next expiry not reported yet, if known.
+    wake_at: Option<u64>,
 }
 
 impl ChangeFeedIter {
@@ -325,7 +380,9 @@ impl ChangeFeedIter {
             // Nothing buffered: after the last page read.
             (ChangeFeedStart::Continuation(c), true) => c.clone(),
             // Changes read but not returned come again after the last one returned.
-            _ => encode(self.container.id(), self.prefix.as_deref(), &self.returned),
+            _ => self
+                .container
+                .encode_pos(self.prefix.as_deref(), &self.returned),
         }
     }
 
@@ -336,21 +393,20 @@ impl ChangeFeedIter {
     pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Value>> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some((seq, v)) = self.buf.pop_front() {
-                self.returned.after = seq;
+            if let Some((pos, v)) = self.buf.pop_front() {
+                self.returned = pos;
                 return Ok(Some(v));
             }
             let seen = self.signal.current();
-            let (_, changes, next) = self
+            let (_, changes, next, wake_at) = self
                 .container
                 .feed_page(&self.opts, self.prefix.as_deref())?;
-            self.opts.start = ChangeFeedStart::Continuation(encode(
-                self.container.id(),
-                self.prefix.as_deref(),
-                &next,
-            ));
+            self.wake_at = wake_at;
+            self.opts.start = ChangeFeedStart::Continuation(
+                self.container.encode_pos(self.prefix.as_deref(), &next),
+            );
             if changes.is_empty() {
-                self.returned.after = next.after;
+                self.returned = next;
             } else {
                 self.buf.extend(changes);
                 continue;
@@ -359,7 +415,16 @@ impl ChangeFeedIter {
             if now >= deadline {
                 return Ok(None);
             }
-            self.signal.wait(seen, (deadline - now).min(POLL));
+            let mut wait = (deadline - now).min(POLL);
+            if let Some(at) = self.wake_at {
+                // Wake at the next expiry's instant (by the database's clock), not a poll later.
+                let now_ms = self.container.ks.store().now_unix_millis();
+                let due = Duration::from_millis(at.saturating_mul(1000).saturating_sub(now_ms));
+                wait = wait.min(due);
+            }
+            if !wait.is_zero() {
+                self.signal.wait(seen, wait);
+            }
         }
     }
 

@@ -585,7 +585,7 @@ impl Container {
         let key = partition::encode_key(&pk.into(), id);
         let limit = self.db.max_item_size();
         let mut out = None;
-        self.ks.write_planned(|view| {
+        self.write_items(|view| {
             let current = parse_current(view.get(&key)?)?;
             let (bytes, ttl, stored) = patch_doc(
                 current,

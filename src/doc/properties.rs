@@ -106,7 +106,14 @@ pub struct ContainerProperties {
     pub default_ttl: DefaultTtl,
     /// Indexing mode (consistent unless set).
     pub indexing_mode: IndexingMode,
+    /// Change feed retention in minutes (Cosmos `changeFeedPolicy.retentionDuration`): how
+    /// long the all-versions-and-deletes change feed keeps superseded versions, deletes and
+    /// expiries. `None` (the default): off, and that mode is a 400 for this container.
+    pub change_feed_retention_minutes: Option<u32>,
 }
+
+/// The largest change feed retention in minutes: its seconds still fit a record's TTL.
+pub const MAX_RETENTION_MINUTES: u32 = 35_791_394;
 
 impl ContainerProperties {
     /// New properties with TTL Off and consistent indexing.
@@ -116,7 +123,22 @@ impl ContainerProperties {
             partition_key_path: partition_key_path.into(),
             default_ttl: DefaultTtl::Off,
             indexing_mode: IndexingMode::Consistent,
+            change_feed_retention_minutes: None,
         }
+    }
+
+    /// Turns on the all-versions-and-deletes change feed with a retention window of `minutes`
+    /// (1 to 35,791,394; `0` turns it off). Checked by [`ContainerProperties::validate`].
+    #[must_use]
+    pub fn with_change_feed_retention_minutes(mut self, minutes: u32) -> Self {
+        self.change_feed_retention_minutes = (minutes > 0).then_some(minutes);
+        self
+    }
+
+    /// The retention window in seconds, if the all-versions change feed is on.
+    pub(crate) fn retention_secs(&self) -> Option<u64> {
+        self.change_feed_retention_minutes
+            .map(|m| u64::from(m.min(MAX_RETENTION_MINUTES)) * 60)
     }
 
     /// Sets the default TTL.
@@ -148,6 +170,11 @@ impl ContainerProperties {
         if self.indexing_mode == IndexingMode::None && self.default_ttl != DefaultTtl::Off {
             return Err(Error::BadRequest(NONE_WITH_TTL.to_owned()));
         }
+        if let Some(m) = self.change_feed_retention_minutes {
+            if m == 0 || m > MAX_RETENTION_MINUTES {
+                return Err(invalid_retention(&m.to_string()));
+            }
+        }
         Ok(())
     }
 
@@ -173,11 +200,13 @@ impl ContainerProperties {
         let partition_key_path = parse_partition_key(obj.get("partitionKey"))?;
         let default_ttl = parse_default_ttl(obj.get("defaultTtl"))?;
         let indexing_mode = parse_indexing_policy(obj.get("indexingPolicy"))?;
+        let change_feed_retention_minutes = parse_change_feed_policy(obj.get("changeFeedPolicy"))?;
         let props = ContainerProperties {
             id,
             partition_key_path,
             default_ttl,
             indexing_mode,
+            change_feed_retention_minutes,
         };
         props.validate()?;
         Ok(props)
@@ -207,6 +236,12 @@ impl ContainerProperties {
             "indexingPolicy".to_owned(),
             json!({"indexingMode": self.indexing_mode.as_str()}),
         );
+        if let Some(m) = self.change_feed_retention_minutes {
+            obj.insert(
+                "changeFeedPolicy".to_owned(),
+                json!({ "retentionDuration": m }),
+            );
+        }
         Value::Object(obj)
     }
 }
@@ -254,6 +289,38 @@ fn parse_partition_key(v: Option<&Value>) -> Result<String> {
     }
 }
 
+fn invalid_retention(shown: &str) -> Error {
+    Error::BadRequest(format!(
+        "changeFeedPolicy.retentionDuration '{shown}' is invalid; expected a whole number of \
+         minutes from 0 (off) to {MAX_RETENTION_MINUTES}"
+    ))
+}
+
+/// `changeFeedPolicy`: optional object whose optional `retentionDuration` is a whole number of
+/// minutes (0 or absent: off).
+fn parse_change_feed_policy(v: Option<&Value>) -> Result<Option<u32>> {
+    let Some(v) = v else {
+        return Ok(None);
+    };
+    if v.is_null() {
+        return Ok(None);
+    }
+    let Some(policy) = v.as_object() else {
+        return Err(Error::BadRequest(format!(
+            "container 'changeFeedPolicy' must be an object, not {}",
+            json_kind(v)
+        )));
+    };
+    match policy.get("retentionDuration") {
+        None => Ok(None),
+        Some(d) => match d.as_u64() {
+            Some(0) => Ok(None),
+            Some(m) if m <= u64::from(MAX_RETENTION_MINUTES) => Ok(u32::try_from(m).ok()),
+            _ => Err(invalid_retention(&render(d))),
+        },
+    }
+}
+
 /// `indexingPolicy`: optional object whose optional `indexingMode` is a mode string.
 fn parse_indexing_policy(v: Option<&Value>) -> Result<IndexingMode> {
     let Some(v) = v else {
@@ -294,6 +361,13 @@ impl Serialize for ContainerProperties {
             #[serde(skip_serializing_if = "Option::is_none")]
             default_ttl: Option<i64>,
             indexing_policy: Policy,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            change_feed_policy: Option<FeedPolicy>,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct FeedPolicy {
+            retention_duration: u32,
         }
         Wire {
             id: &self.id,
@@ -305,6 +379,11 @@ impl Serialize for ContainerProperties {
             indexing_policy: Policy {
                 indexing_mode: self.indexing_mode,
             },
+            change_feed_policy: self
+                .change_feed_retention_minutes
+                .map(|m| FeedPolicy {
+                    retention_duration: m,
+                }),
         }
         .serialize(s)
     }

@@ -123,3 +123,11 @@ impl Keyspace {
         Ok((out, next_after))
     }
 }
+
+impl Keyspace {
+    /// The keyspace's default-TTL history (oldest first), for the all-versions change feed,
+    /// which computes the expiry second of item versions it keeps outside the key directory.
+    pub(crate) fn ttl_history(&self) -> Vec<crate::ttl::TtlChange> {
+        self.core().state.read().history.clone()
+    }
+}

@@ -21,8 +21,8 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
-pub(crate) use planned::PlannedOp;
-pub(crate) use write::{next_id, Current};
+pub(crate) use planned::{KeyspaceView, PlannedOp};
+pub(crate) use write::{next_id, Current, Existed};
 
 use crate::error::{Error, IoContext, Result};
 use crate::expiry::wheel::TimerWheel;

@@ -25,11 +25,18 @@ use crate::ttl::ItemTtl;
 pub(crate) struct View<'a> {
     inner: &'a Inner,
     now_ms: u64,
+    /// The sequence number the first record of this write will get (the batch header's, when
+    /// the write is a batch).
+    next_seq: u64,
 }
 
 impl<'a> View<'a> {
-    pub(super) fn new(inner: &'a Inner, now_ms: u64) -> Self {
-        Self { inner, now_ms }
+    pub(super) fn new(inner: &'a Inner, now_ms: u64, next_seq: u64) -> Self {
+        Self {
+            inner,
+            now_ms,
+            next_seq,
+        }
     }
 
     /// The live version of `key` in `ks` at the write's instant.
@@ -65,9 +72,57 @@ impl KeyspaceView<'_, '_> {
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.view.current(self.core, key).value()
     }
+
+    /// The live version of `key`, for a compare-and-write check.
+    pub(crate) fn current<'k>(&'k self, key: &'k [u8]) -> Current<'k> {
+        self.view.current(self.core, key)
+    }
+
+    /// True if `key` has a live version (its value is not read).
+    pub(crate) fn exists(&self, key: &[u8]) -> bool {
+        self.view.current(self.core, key).exists()
+    }
+
+    /// The sequence number of the first record this write appends: with more than one op
+    /// (one log batch) the batch header's, so op `i` gets `next_seq() + 1 + i`.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.view.next_seq
+    }
 }
 
+/// One write of [`Keyspace::write_planned_pair`]: on the first keyspace (`false`) or the
+/// second (`true`).
+pub(crate) type PairOp = (bool, PlannedOp);
+
 impl Keyspace {
+    /// As [`Keyspace::write_planned`] over two keyspaces of one store: the plan sees both and
+    /// its ops (each naming its keyspace) are one log batch, all or nothing for a crash and
+    /// for readers (the change feed's history is written this way with its item).
+    pub(crate) fn write_planned_pair(
+        &self,
+        other: &Keyspace,
+        plan: impl FnOnce(&KeyspaceView<'_, '_>, &KeyspaceView<'_, '_>) -> Result<Vec<PairOp>>,
+    ) -> Result<Existed> {
+        self.check_alive()?;
+        other.check_alive()?;
+        let (a, b) = (self.core(), other.core());
+        self.store().inner.apply_planned(true, None, |view| {
+            let ops = plan(
+                &KeyspaceView { view, core: a },
+                &KeyspaceView { view, core: b },
+            )?;
+            Ok(Cow::Owned(
+                ops.into_iter()
+                    .map(|(second, (key, put))| Op {
+                        ks: Arc::clone(if second { b } else { a }),
+                        key,
+                        put,
+                    })
+                    .collect(),
+            ))
+        })
+    }
+
     /// An atomic read-modify-write of this keyspace: `plan` runs under the log mutex at the
     /// write's instant, reads what it needs through the view and returns the ops to apply (in
     /// order; later ops see earlier ones). More than one op is written as one log batch. An

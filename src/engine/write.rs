@@ -266,7 +266,7 @@ impl Inner {
         let (existed, pos) = {
             let mut log = self.log.lock();
             self.check_writable()?;
-            let planned = plan(&super::planned::View::new(self, now_ms))?;
+            let planned = plan(&super::planned::View::new(self, now_ms, log.next_seq))?;
             let ops: &[Op] = &planned;
             // Again under the log mutex, which `delete_keyspace` holds while it drops a
             // keyspace: a write racing the delete either lands before it or fails with 404, and

@@ -96,7 +96,11 @@ impl Container {
             return Ok(BulkCreate::Created(0));
         }
         let n = puts.len();
-        let live = self.ks.create_all(puts, at_ms)?;
+        let live = if self.keeps_history() {
+            self.create_all_with_history(puts)?
+        } else {
+            self.ks.create_all(puts, at_ms)?
+        };
         if live.is_empty() {
             return Ok(BulkCreate::Created(n));
         }
@@ -106,6 +110,44 @@ impl Container {
                 .map(|(i, id)| (i, Error::Conflict(format!("item '{id}' already exists"))))
                 .collect(),
         ))
+    }
+
+    /// The write of [`Container::create_items`] on a container that keeps history: the
+    /// liveness check and the stamp happen at the write's instant under the log mutex (as for
+    /// every write of such a container), and the history goes into the same log batch.
+    /// Returns the indexes (into `puts`) of the keys found live; nothing is written then.
+    fn create_all_with_history(
+        &self,
+        puts: Vec<(Vec<u8>, Vec<u8>, crate::ttl::ItemTtl)>,
+    ) -> Result<Vec<usize>> {
+        let limit = self.db.max_item_size();
+        let mut live = Vec::new();
+        self.write_items(|view| {
+            live = puts
+                .iter()
+                .enumerate()
+                .filter(|(_, (key, _, _))| view.exists(key))
+                .map(|(j, _)| j)
+                .collect();
+            if !live.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut ops = Vec::with_capacity(puts.len());
+            for (key, bytes, ttl) in &puts {
+                let map: serde_json::Map<String, Value> = crate::doc::stored::parse(bytes)
+                    .map_err(|e| Error::BadRequest(e.to_string()))?;
+                let id = map
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let (bytes, own, _) = super::finish(map, &id, view.now_ms(), limit)?;
+                debug_assert_eq!(own, *ttl);
+                ops.push((key.clone(), Some((bytes, own))));
+            }
+            Ok(ops)
+        })?;
+        Ok(live)
     }
 
     /// Stamps a prepared item with the batch's instant: `_ts`, a fresh `_etag`, its bytes
