@@ -897,10 +897,11 @@ async fn what_is_not_served_says_so() {
     )
     .await;
     assert_cosmos_error(s, &body, StatusCode::BAD_REQUEST, "BadRequest");
+    // Served, but this container has no change feed retention: a 400 that says so.
     assert!(body["message"]
         .as_str()
-        .is_some_and(|m| m.contains("all-versions-and-deletes") && m.contains("not built")));
-    // The wire format header alone asks for that mode too.
+        .is_some_and(|m| m.contains("all-versions-and-deletes") && m.contains("retention")));
+    // The wire format header with the latest-version A-IM is a contradiction.
     let (s, _, body) = send(
         signed(
             &http,

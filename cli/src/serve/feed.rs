@@ -8,8 +8,10 @@
 //! container (`x-ms-documentdb-partitionkeyrangeid` may name the one range, `0`) or one
 //! partition (`x-ms-documentdb-partitionkey`), or an effective partition key (hash) range,
 //! which the Python SDK sends for `partition_key=` (items kept by their own hash). The
-//! all-versions-and-deletes mode (`A-IM: Full-Fidelity Feed`, or a
-//! `x-ms-cosmos-changefeed-wire-format-version` header) is not built: 400.
+//! all-versions-and-deletes mode (`A-IM: Full-Fidelity Feed`, with or without a
+//! `x-ms-cosmos-changefeed-wire-format-version` header, as the SDKs send it) is the library's
+//! mode of the same name (DESIGN.md §16.2): items are `{"current", "previous", "metadata"}`,
+//! a container without a change feed retention is a 400, a position older than the window 410.
 
 use axum::http::StatusCode;
 use ebbdb::{ChangeFeedMode, ChangeFeedOptions, ChangeFeedStart, Container};
@@ -33,18 +35,22 @@ const END_EPK: &str = "x-ms-end-epk";
 /// One page of the change feed, `aim` being the request's `A-IM` header.
 pub fn read(c: &Container, req: &Request, db: &str, aim: &str) -> Result<Reply, Reply> {
     let aim = aim.trim().to_ascii_lowercase();
-    if aim == FULL_FIDELITY || req.header(WIRE_FORMAT_VERSION)?.is_some() {
-        return Err(bad(
-            "the all-versions-and-deletes change feed mode (A-IM: Full-Fidelity Feed) is not \
-             built in ebbdb; only the latest-version change feed (A-IM: Incremental feed) is \
-             served",
-        ));
-    }
-    if aim != INCREMENTAL {
+    let mode = if aim == FULL_FIDELITY {
+        ChangeFeedMode::AllVersionsAndDeletes
+    } else if aim == INCREMENTAL {
+        if req.header(WIRE_FORMAT_VERSION)?.is_some() {
+            return Err(bad(format!(
+                "{WIRE_FORMAT_VERSION} belongs to the all-versions-and-deletes change feed \
+                 (A-IM: Full-Fidelity Feed), not to A-IM: Incremental feed"
+            )));
+        }
+        ChangeFeedMode::LatestVersion
+    } else {
         return Err(bad(format!(
-            "A-IM must be 'Incremental feed' (the latest-version change feed), not '{aim}'"
+            "A-IM must be 'Incremental feed' (latest version) or 'Full-Fidelity Feed' (all \
+             versions and deletes), not '{aim}'"
         )));
-    }
+    };
     match req.header(names::PARTITION_KEY_RANGE_ID)? {
         None | Some("0") => {}
         Some(other) => {
@@ -103,9 +109,7 @@ pub fn read(c: &Container, req: &Request, db: &str, aim: &str) -> Result<Reply, 
             }
         },
     };
-    let mut opts = ChangeFeedOptions::default()
-        .mode(ChangeFeedMode::LatestVersion)
-        .start(start);
+    let mut opts = ChangeFeedOptions::default().mode(mode).start(start);
     if let Some(n) = req.max_item_count()? {
         opts = opts.max_item_count(n);
     }
@@ -121,7 +125,17 @@ pub fn read(c: &Container, req: &Request, db: &str, aim: &str) -> Result<Reply, 
         let path = c.properties().partition_key_path;
         loop {
             let last_empty = page.changes.is_empty();
-            page.changes.retain(|item| {
+            page.changes.retain(|change| {
+                // All versions: the item is `current`, or `previous` for deletes and expiries.
+                let item = match (mode, change.get("current"), change.get("previous")) {
+                    (ChangeFeedMode::AllVersionsAndDeletes, Some(cur), _)
+                        if cur.as_object().is_some_and(|m| !m.is_empty()) =>
+                    {
+                        cur
+                    }
+                    (ChangeFeedMode::AllVersionsAndDeletes, _, Some(prev)) => prev,
+                    _ => change,
+                };
                 let epk = effective_partition_key(item, &path);
                 epk.as_str() >= lo.as_str() && epk.as_str() < hi.as_str()
             });

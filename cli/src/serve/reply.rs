@@ -74,6 +74,7 @@ impl Reply {
             405 => "MethodNotAllowed",
             408 => "RequestTimeout",
             409 => "Conflict",
+            410 => "Gone",
             412 => "PreconditionFailed",
             413 => "RequestEntityTooLarge",
             415 => "UnsupportedMediaType",

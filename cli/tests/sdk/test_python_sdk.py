@@ -460,6 +460,43 @@ def test_change_feed_latest_version(container):
     assert [d["id"] for d in container.query_items_change_feed(continuation=c2_token)] == ["c1"]
     c1 = container.query_items_change_feed(start_time="Beginning", partition_key="C1", max_item_count=1)
     assert [d["id"] for d in c1] == ["a1", "a0", "c0"]
-    # All versions and deletes: not built, 400.
+    # All versions and deletes needs a change feed retention (changeFeedPolicy): 400 here.
     assert status_of(lambda: list(container.query_items_change_feed(
         mode="AllVersionsAndDeletes", start_time="Now"))) == 400
+
+
+def test_change_feed_all_versions_and_deletes_reports_a_ttl_expiry(client):
+    # Every create, replace and delete, and the TTL expiry flagged timeToLiveExpired, read
+    # through the SDK's all-versions-and-deletes mode; the expiry on the real clock (ttl 1 s,
+    # bounded polling).
+    db = client.create_database_if_not_exists("sdk")
+    c = db.create_container("avad" + uuid.uuid4().hex[:6], PartitionKey("/pk"), default_ttl=-1,
+                            change_feed_policy={"retentionDuration": 10})
+    assert list(c.query_items_change_feed(mode="AllVersionsAndDeletes", start_time="Now")) == []
+    token = c.client_connection.last_response_headers["etag"]
+    short = c.create_item({"id": "short", "pk": "p", "ttl": 1})
+    c.create_item({"id": "keep", "pk": "p"})
+    c.upsert_item({"id": "keep", "pk": "p", "n": 2})
+    c.delete_item("keep", partition_key="p")
+    seen = []
+    deadline = short["_ts"] + 1 + 5  # the expiry instant plus a generous bound
+    while time.time() < deadline:
+        page = list(c.query_items_change_feed(mode="AllVersionsAndDeletes", continuation=token))
+        token = c.client_connection.last_response_headers["etag"]
+        seen.extend(page)
+        if any(ch["metadata"].get("timeToLiveExpired") for ch in seen):
+            break
+        time.sleep(0.05)
+    shape = [(ch["metadata"]["operationType"], ch["metadata"].get("id") or ch["current"]["id"],
+              ch["metadata"].get("timeToLiveExpired", False)) for ch in seen]
+    assert shape == [("create", "short", False), ("create", "keep", False),
+                     ("replace", "keep", False), ("delete", "keep", False),
+                     ("delete", "short", True)], shape
+    expiry = seen[-1]
+    assert expiry["metadata"]["crts"] == short["_ts"] + 1
+    assert expiry["previous"] == {"id": "short", "pk": "p"}
+    assert seen[2]["current"]["n"] == 2
+    assert seen[2]["metadata"]["previousImageLSN"] == seen[1]["metadata"]["lsn"]
+    # Reported once: nothing more from the last continuation.
+    assert list(c.query_items_change_feed(mode="AllVersionsAndDeletes", continuation=token)) == []
+    db.delete_container(c)
