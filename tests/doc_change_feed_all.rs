@@ -281,6 +281,28 @@ fn a_default_ttl_change_reports_each_item_it_expires() -> TestResult {
 }
 
 #[test]
+fn a_write_in_the_second_of_a_default_change_comes_after_the_expiry_it_found() -> TestResult {
+    let e = env(DefaultTtl::Off)?;
+    let t = start_token(&e.c)?;
+    e.c.create_item(&json!({"id": "a", "pk": "p"}))?;
+    e.c.create_item(&json!({"id": "b", "pk": "p"}))?;
+    e.clock.advance(Duration::from_secs(100));
+    e.db.replace_container(props(DefaultTtl::Seconds(10), 60))?;
+    // Same second: `a` is expired (the change did it), so this is a create after its expiry;
+    // `b`'s expiry, caused by the change, comes after this second's writes.
+    e.c.create_item(&json!({"id": "a", "pk": "p", "n": 2}))?;
+    e.clock.advance(Duration::from_secs(1));
+    let (changes, _) = drain(&e.c, &t, 1)?;
+    assert_eq!(
+        shape(&changes),
+        ["create:a", "create:b", "expire:a", "create:a", "expire:b"]
+    );
+    assert_eq!(changes[2]["metadata"]["crts"], T0 + 100);
+    assert_eq!(changes[4]["metadata"]["crts"], T0 + 100);
+    Ok(())
+}
+
+#[test]
 fn a_write_that_finds_the_item_expired_comes_after_its_expiry() -> TestResult {
     let e = env(DefaultTtl::NeverExpire)?;
     let t = start_token(&e.c)?;
