@@ -8,6 +8,8 @@
 
 // The atomic bulk create (`Container::create_items`), in its own file.
 mod bulk;
+// The query planner's choice (point read, partition, index, scan) and the runs.
+mod query;
 pub use bulk::BulkCreate;
 
 use std::collections::hash_map::RandomState;
@@ -172,14 +174,18 @@ impl Container {
     /// 400 for an invalid item, 409 on conflict, 413 when too large.
     pub fn create_item(&self, item: &impl Serialize) -> Result<Value> {
         let (p, _, id) = self.prepare(item)?;
-        self.ks
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self
+            .ks
             .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
                 if cur.exists() {
-                    Err(Error::Conflict(format!("item '{id}' already exists")))
-                } else {
-                    Ok(())
+                    return Err(Error::Conflict(format!("item '{id}' already exists")));
                 }
-            })?;
+                stage.put(&p.key, Some(&p.stored));
+                Ok(())
+            });
+        stage.finish(&done);
+        done?;
         self.db.notify_change();
         Ok(p.stored)
     }
@@ -200,13 +206,19 @@ impl Container {
     pub fn upsert_item_with(&self, item: &impl Serialize, opts: &ItemOptions) -> Result<Value> {
         opts.refuse_predicate()?;
         let (p, _, id) = self.prepare(item)?;
-        if opts.if_match.is_none() {
-            self.ks.write_unchecked(&p.key, (p.bytes, p.ttl), p.at_ms)?;
-        } else {
-            self.ks
+        // Always the checked write: the index (if any) is staged under the log mutex, where a
+        // newly registered index is also registered, so no write slips past its build.
+        {
+            let mut stage = self.db.indexes().stage(&self.ks);
+            let done = self
+                .ks
                 .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
-                    check_etag(&id, cur, opts, false)
-                })?;
+                    check_etag(&id, cur, opts, false)?;
+                    stage.put(&p.key, Some(&p.stored));
+                    Ok(())
+                });
+            stage.finish(&done);
+            done?;
         }
         self.db.notify_change();
         Ok(p.stored)
@@ -250,10 +262,16 @@ impl Container {
                 self.props.partition_key_path
             )));
         }
-        self.ks
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self
+            .ks
             .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
-                check_etag(id, cur, opts, true)
-            })?;
+                check_etag(id, cur, opts, true)?;
+                stage.put(&p.key, Some(&p.stored));
+                Ok(())
+            });
+        stage.finish(&done);
+        done?;
         self.db.notify_change();
         Ok(p.stored)
     }
@@ -297,10 +315,16 @@ impl Container {
     ) -> Result<()> {
         opts.refuse_predicate()?;
         let key = partition::encode_key(&pk.into(), id);
-        self.ks
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self
+            .ks
             .write_checked(&key, None, self.ks.store().now_unix_millis(), |cur| {
-                check_etag(id, cur, opts, true)
-            })?;
+                check_etag(id, cur, opts, true)?;
+                stage.put(&key, None);
+                Ok(())
+            });
+        stage.finish(&done);
+        done?;
         self.db.notify_change();
         Ok(())
     }
@@ -397,84 +421,7 @@ impl Container {
         })
     }
 
-    fn run_query(
-        &self,
-        q: &Query,
-        opts: &QueryOptions,
-        page: &PageSpec,
-    ) -> Result<(Vec<Value>, Option<super::query::Cursor>)> {
-        let prepared = super::query::prepare(q)?;
-        // The plan: the options' partition, or the one the WHERE clause pins with an equality
-        // on the partition key path; then, with a partition and an equality on `id`, a point
-        // read. The full WHERE still runs on every row read.
-        let pk = match &opts.partition_key {
-            Some(pk) => Some(pk.clone()),
-            None => self.pinned_partition(&prepared),
-        };
-        if pk.is_none() && prepared.is_plain_count() && page.after.is_none() {
-            return Ok((vec![Value::from(self.ks.len()?)], None));
-        }
-        let from = prepared.scan_from(page);
-        match pk {
-            Some(pk) => match prepared.required_value(&["id".to_string()]) {
-                Some(Value::String(id)) => {
-                    self.check_exists()?;
-                    let key = partition::encode_key(&pk, &id);
-                    let item = self
-                        .ks
-                        .get(&key)?
-                        .map(|bytes| parse_stored(&bytes).map(|v| (key.clone(), v)));
-                    prepared.run(item.into_iter(), page)
-                }
-                _ => {
-                    self.check_exists()?;
-                    let prefix = partition::encode_prefix(&pk);
-                    match from {
-                        // A continued unordered scan seeks to the cursor's item.
-                        Some(start) => {
-                            let scan = self.ks.range(start..);
-                            let within = keyed(scan).take_while(move |r| {
-                                r.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix))
-                            });
-                            prepared.run(within, page)
-                        }
-                        None => prepared.run(keyed(self.ks.prefix(prefix)), page),
-                    }
-                }
-            },
-            None => {
-                self.check_exists()?;
-                let scan = match from {
-                    Some(start) => self.ks.range(start..),
-                    None => self.ks.iter(),
-                };
-                prepared.run(keyed(scan), page)
-            }
-        }
-    }
-
-    /// The partition a query's WHERE pins with `c.<partition key path> = value`, if any.
-    fn pinned_partition(&self, q: &super::query::Prepared<'_>) -> Option<PartitionKey> {
-        let path: Vec<String> = self
-            .props
-            .partition_key_path
-            .split('/')
-            .skip(1)
-            .map(|s| s.replace("~1", "/").replace("~0", "~"))
-            .collect();
-        let value = q.required_value(&path)?;
-        // Build an item holding `value` at the path and extract its key: one definition of
-        // how a value maps to a partition.
-        let mut item = value;
-        for seg in path.iter().rev() {
-            let mut m = Map::new();
-            m.insert(seg.clone(), item);
-            item = Value::Object(m);
-        }
-        partition::extract(&item, &self.props.partition_key_path).ok()
-    }
-
-    fn check_exists(&self) -> Result<()> {
+    pub(super) fn check_exists(&self) -> Result<()> {
         self.ks.check_alive()
     }
 }
@@ -589,7 +536,9 @@ pub struct QueryPage<T> {
 }
 
 /// Items with their engine keys, parsed.
-fn keyed(scan: Iter) -> impl Iterator<Item = Result<(Vec<u8>, Value)>> {
+pub(super) fn keyed(
+    scan: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>,
+) -> impl Iterator<Item = Result<(Vec<u8>, Value)>> {
     scan.map(|kv| {
         let (key, bytes) = kv?;
         Ok((key, parse_stored(&bytes)?))

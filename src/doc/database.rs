@@ -63,6 +63,9 @@ pub struct Database {
     catalog: Arc<Mutex<()>>,
     /// Wakes change-feed iterators after document-layer writes (`feed.rs`).
     changes: Arc<super::feed::ChangeSignal>,
+    /// The containers' secondary indexes (`doc/index/`), built when a container is first
+    /// opened in this process.
+    indexes: Arc<super::index::Registry>,
 }
 
 impl Database {
@@ -88,6 +91,7 @@ impl Database {
             max_item_size,
             catalog: Arc::new(Mutex::new(())),
             changes: Arc::default(),
+            indexes: Arc::default(),
         })
     }
 
@@ -161,6 +165,7 @@ impl Database {
             .store
             .create_keyspace_internal(&name, props.default_ttl)?;
         self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+        self.indexes.ensure(&ks, props.indexed_paths()?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
 
@@ -172,6 +177,7 @@ impl Database {
         let mut props = self.properties(id)?;
         let ks = self.container_keyspace(&props)?;
         props.default_ttl = ks.default_ttl();
+        self.indexes.ensure(&ks, props.indexed_paths()?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
 
@@ -216,6 +222,7 @@ impl Database {
             ks.set_default_ttl(props.default_ttl)?;
         }
         self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
+        self.indexes.ensure(&ks, props.indexed_paths()?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
 
@@ -225,6 +232,9 @@ impl Database {
     /// 404 if it does not exist.
     pub fn delete_container(&self, id: &str) -> Result<()> {
         let _catalog = self.catalog.lock();
+        if let Ok(ks) = self.store.keyspace(&keyspace_name(id)) {
+            self.indexes.remove(ks.core().id);
+        }
         if !self.system.delete(id.as_bytes())? {
             return Err(Error::NotFound(format!("container '{id}'")));
         }
@@ -279,7 +289,15 @@ impl Database {
     /// # Errors
     /// As [`Store::maintain`].
     pub fn maintain(&self) -> Result<usize> {
-        self.store.maintain()
+        let n = self.store.maintain()?;
+        // Expired items are gone from the key directory now: their index entries go too.
+        self.indexes.sweep_all();
+        Ok(n)
+    }
+
+    /// The containers' secondary indexes.
+    pub(crate) fn indexes(&self) -> &super::index::Registry {
+        &self.indexes
     }
 
     pub(crate) fn max_item_size(&self) -> usize {

@@ -106,6 +106,12 @@ pub struct ContainerProperties {
     pub default_ttl: DefaultTtl,
     /// Indexing mode (consistent unless set).
     pub indexing_mode: IndexingMode,
+    /// `indexingPolicy.includedPaths` (Cosmos path strings such as `/status/?`): the paths
+    /// that get a secondary index (`doc/index/policy.rs` says which forms are indexed). Empty
+    /// unless set: queries then scan.
+    pub included_paths: Vec<String>,
+    /// `indexingPolicy.excludedPaths`: an included path also listed here is not indexed.
+    pub excluded_paths: Vec<String>,
 }
 
 impl ContainerProperties {
@@ -116,7 +122,30 @@ impl ContainerProperties {
             partition_key_path: partition_key_path.into(),
             default_ttl: DefaultTtl::Off,
             indexing_mode: IndexingMode::Consistent,
+            included_paths: Vec::new(),
+            excluded_paths: Vec::new(),
         }
+    }
+
+    /// Adds Cosmos index paths to `indexingPolicy.includedPaths` (`"/status/?"`): each gets an
+    /// ordered secondary index that queries use for `=`, `IN`, ranges, `BETWEEN` and
+    /// `STARTSWITH`.
+    #[must_use]
+    pub fn with_included_paths<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
+        self.included_paths.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds paths to `indexingPolicy.excludedPaths`.
+    #[must_use]
+    pub fn with_excluded_paths<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
+        self.excluded_paths.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// The property paths that get a secondary index (from the included and excluded paths).
+    pub(crate) fn indexed_paths(&self) -> Result<Vec<Vec<String>>> {
+        super::index::policy::indexed_paths(&self.included_paths, &self.excluded_paths)
     }
 
     /// Sets the default TTL.
@@ -148,6 +177,7 @@ impl ContainerProperties {
         if self.indexing_mode == IndexingMode::None && self.default_ttl != DefaultTtl::Off {
             return Err(Error::BadRequest(NONE_WITH_TTL.to_owned()));
         }
+        self.indexed_paths()?;
         Ok(())
     }
 
@@ -173,11 +203,16 @@ impl ContainerProperties {
         let partition_key_path = parse_partition_key(obj.get("partitionKey"))?;
         let default_ttl = parse_default_ttl(obj.get("defaultTtl"))?;
         let indexing_mode = parse_indexing_policy(obj.get("indexingPolicy"))?;
+        let policy = obj.get("indexingPolicy");
+        let included_paths = parse_policy_paths(policy, "includedPaths")?;
+        let excluded_paths = parse_policy_paths(policy, "excludedPaths")?;
         let props = ContainerProperties {
             id,
             partition_key_path,
             default_ttl,
             indexing_mode,
+            included_paths,
+            excluded_paths,
         };
         props.validate()?;
         Ok(props)
@@ -203,10 +238,21 @@ impl ContainerProperties {
         if let Some(ttl) = self.default_ttl.to_json_value() {
             obj.insert("defaultTtl".to_owned(), Value::from(ttl));
         }
-        obj.insert(
-            "indexingPolicy".to_owned(),
-            json!({"indexingMode": self.indexing_mode.as_str()}),
+        let mut policy = Map::new();
+        policy.insert(
+            "indexingMode".to_owned(),
+            Value::from(self.indexing_mode.as_str()),
         );
+        for (name, paths) in [
+            ("includedPaths", &self.included_paths),
+            ("excludedPaths", &self.excluded_paths),
+        ] {
+            if !paths.is_empty() {
+                let list = paths.iter().map(|p| json!({ "path": p })).collect();
+                policy.insert(name.to_owned(), Value::Array(list));
+            }
+        }
+        obj.insert("indexingPolicy".to_owned(), Value::Object(policy));
         Value::Object(obj)
     }
 }
@@ -274,6 +320,34 @@ fn parse_indexing_policy(v: Option<&Value>) -> Result<IndexingMode> {
     }
 }
 
+/// `indexingPolicy.includedPaths` / `excludedPaths`: absent, or an array of objects each
+/// with a `path` string (other members, such as Cosmos's `indexes`, are ignored). Each path
+/// is checked (`doc/index/policy.rs`); anything else is a 400 naming the field.
+fn parse_policy_paths(policy: Option<&Value>, field: &str) -> Result<Vec<String>> {
+    let Some(list) = policy.and_then(|p| p.get(field)) else {
+        return Ok(Vec::new());
+    };
+    let Some(list) = list.as_array() else {
+        return Err(Error::BadRequest(format!(
+            "indexingPolicy.{field} must be an array of {{\"path\": ...}} objects, not {}",
+            json_kind(list)
+        )));
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| match item.get("path") {
+            Some(Value::String(p)) if item.is_object() => {
+                super::index::policy::parse_path(field, p)?;
+                Ok(p.clone())
+            }
+            _ => Err(Error::BadRequest(format!(
+                "indexingPolicy.{field}[{i}] must be an object with a 'path' string, not {}",
+                render(item)
+            ))),
+        })
+        .collect()
+}
+
 impl Serialize for ContainerProperties {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
@@ -282,9 +356,17 @@ impl Serialize for ContainerProperties {
             kind: &'static str,
         }
         #[derive(Serialize)]
+        struct IndexPath<'a> {
+            path: &'a str,
+        }
+        #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
-        struct Policy {
+        struct Policy<'a> {
             indexing_mode: IndexingMode,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            included_paths: Vec<IndexPath<'a>>,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            excluded_paths: Vec<IndexPath<'a>>,
         }
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
@@ -293,7 +375,10 @@ impl Serialize for ContainerProperties {
             partition_key: Pk<'a>,
             #[serde(skip_serializing_if = "Option::is_none")]
             default_ttl: Option<i64>,
-            indexing_policy: Policy,
+            indexing_policy: Policy<'a>,
+        }
+        fn paths(list: &[String]) -> Vec<IndexPath<'_>> {
+            list.iter().map(|p| IndexPath { path: p }).collect()
         }
         Wire {
             id: &self.id,
@@ -304,6 +389,8 @@ impl Serialize for ContainerProperties {
             default_ttl: self.default_ttl.to_json_value(),
             indexing_policy: Policy {
                 indexing_mode: self.indexing_mode,
+                included_paths: paths(&self.included_paths),
+                excluded_paths: paths(&self.excluded_paths),
             },
         }
         .serialize(s)

@@ -58,14 +58,15 @@ impl Container {
         let mut puts = Vec::with_capacity(items.len());
         let mut index = Vec::with_capacity(items.len());
         let mut seen = HashSet::new();
+        let mut docs = Vec::with_capacity(items.len());
         let at_ms = self.ks.store().now_unix_millis();
         for (i, item) in items.iter().enumerate() {
             let prepared = self.prepare(item).and_then(|(p, _, id)| {
-                let bytes = self.restamp(p.stored, at_ms, &id)?;
-                Ok((p.key, bytes, p.ttl, id))
+                let (bytes, stored) = self.restamp(p.stored, at_ms, &id)?;
+                Ok((p.key, bytes, p.ttl, id, stored))
             });
             match prepared {
-                Ok((key, bytes, ttl, id)) => {
+                Ok((key, bytes, ttl, id, stored)) => {
                     if !seen.insert(key.clone()) {
                         refused.push((
                             i,
@@ -76,6 +77,7 @@ impl Container {
                         continue;
                     }
                     index.push((i, id));
+                    docs.push(stored);
                     puts.push((key, bytes, ttl));
                 }
                 Err(e) => refused.push((i, e)),
@@ -96,7 +98,16 @@ impl Container {
             return Ok(BulkCreate::Created(0));
         }
         let n = puts.len();
-        let live = self.ks.create_all(puts, at_ms)?;
+        let keys: Vec<Vec<u8>> = puts.iter().map(|(k, _, _)| k.clone()).collect();
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self.ks.create_all(puts, at_ms, || {
+            for (key, doc) in keys.iter().zip(&docs) {
+                stage.put(key, Some(doc));
+            }
+        });
+        // Refused (a key is live): nothing was staged, nothing to settle.
+        stage.finish(&done);
+        let live = done?;
         if live.is_empty() {
             return Ok(BulkCreate::Created(n));
         }
@@ -110,14 +121,14 @@ impl Container {
 
     /// Stamps a prepared item with the batch's instant: `_ts`, a fresh `_etag`, its bytes
     /// (checked against the item size limit again, as the stamp's length may differ).
-    fn restamp(&self, stored: Value, at_ms: u64, id: &str) -> Result<Vec<u8>> {
+    fn restamp(&self, stored: Value, at_ms: u64, id: &str) -> Result<(Vec<u8>, Value)> {
         let Value::Object(mut map) = stored else {
             return Err(Error::BadRequest("item must be a JSON object".into()));
         };
         map.insert("_ts".into(), Value::from(at_ms / 1000));
         map.insert("_etag".into(), Value::String(new_etag(at_ms)));
-        let bytes = serde_json::to_vec(&Value::Object(map))
-            .map_err(|e| Error::BadRequest(e.to_string()))?;
+        let stored = Value::Object(map);
+        let bytes = serde_json::to_vec(&stored).map_err(|e| Error::BadRequest(e.to_string()))?;
         let limit = self.db.max_item_size();
         if bytes.len() > limit {
             return Err(Error::TooLarge(format!(
@@ -125,6 +136,6 @@ impl Container {
                 bytes.len()
             )));
         }
-        Ok(bytes)
+        Ok((bytes, stored))
     }
 }
