@@ -213,13 +213,16 @@ impl IndexSet {
     }
 
     fn remove_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
+        let mut e = Vec::with_capacity(enc.len() + key.len());
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
-                let e = Self::entry_key(v, key);
-                if let Some(n) = tree.get_mut(&e) {
+                e.clear();
+                e.extend_from_slice(v);
+                e.extend_from_slice(key);
+                if let Some(n) = tree.get_mut(e.as_slice()) {
                     *n -= 1;
                     if *n == 0 {
-                        tree.remove(&e);
+                        tree.remove(e.as_slice());
                     }
                 }
             }
@@ -238,11 +241,17 @@ impl IndexSet {
         let id = t.next;
         t.next += 1;
         self.add_entries(&mut t, key, &enc);
-        t.by_key.entry(key.into()).or_default().push(Version {
+        let v = Version {
             id,
             pending: true,
             enc,
-        });
+        };
+        match t.by_key.get_mut(key) {
+            Some(list) => list.push(v),
+            None => {
+                t.by_key.insert(key.into(), smallvec::smallvec![v]);
+            }
+        }
         id
     }
 
@@ -251,14 +260,23 @@ impl IndexSet {
     fn settle(&self, staged: &[(Vec<u8>, u64)], ks: &Keyspace) {
         let mut t = self.t.write();
         let built = self.ready.load(Ordering::Acquire);
+        let t = &mut *t;
         for (key, id) in staged {
-            let Some(mut list) = t.by_key.remove(key.as_slice()) else {
+            let Some(list) = t.by_key.get_mut(key.as_slice()) else {
                 continue;
             };
+            // The usual case, in place: the key's one version is this write's.
+            if let [v] = list.as_mut_slice() {
+                if v.id == *id && !(built && Self::all_absent(&v.enc)) {
+                    v.pending = false;
+                    continue;
+                }
+            }
+            let mut old: SmallVec<[Version; 1]> = SmallVec::new();
             let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
             for v in list.drain(..) {
                 if v.id < *id {
-                    self.remove_entries(&mut t, key, &v.enc);
+                    old.push(v);
                 } else if v.id == *id {
                     if !(built && Self::all_absent(&v.enc)) {
                         keep.push(Version {
@@ -270,12 +288,17 @@ impl IndexSet {
                     keep.push(v);
                 }
             }
-            if !keep.is_empty() {
-                t.by_key.insert(key.as_slice().into(), keep);
+            if keep.is_empty() {
+                t.by_key.remove(key.as_slice());
+            } else {
+                *list = keep;
+            }
+            for v in old {
+                self.remove_entries(t, key, &v.enc);
             }
         }
         if built && t.by_key.len() > t.sweep_at {
-            self.sweep_locked(&mut t, ks);
+            self.sweep_locked(t, ks);
         }
     }
 

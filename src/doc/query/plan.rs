@@ -99,12 +99,40 @@ impl Prepared<'_> {
         let mut terms = Vec::new();
         conjuncts(filter, &mut terms);
         let single = terms.len() == 1;
-        let mut best: Option<(usize, Probe, u8, bool)> = None;
-        for t in terms {
-            if let Some(c) = self.term(t, paths) {
-                if best.as_ref().is_none_or(|b| c.2 < b.2) {
-                    best = Some(c);
+        let found: Vec<(usize, Probe, u8, bool)> =
+            terms.iter().filter_map(|t| self.term(t, paths)).collect();
+        // One-sided ranges on one path (`c.n >= 5 AND c.n < 9`) make one two-sided range when
+        // their bounds are of one type class; it is exact only if both terms were.
+        let mut merged = Vec::new();
+        for (i, (p, a, _, ex_a)) in found.iter().enumerate() {
+            for (q, b, _, ex_b) in &found[i + 1..] {
+                if p != q {
+                    continue;
                 }
+                if let (
+                    Probe::Range { lo: Some(lo), hi: None },
+                    Probe::Range { lo: None, hi: Some(hi) },
+                )
+                | (
+                    Probe::Range { lo: None, hi: Some(hi) },
+                    Probe::Range { lo: Some(lo), hi: None },
+                ) = (a, b)
+                {
+                    if encode::tag(lo).map(class) == encode::tag(hi).map(class) {
+                        let probe = Probe::Range {
+                            lo: Some(lo.clone()),
+                            hi: Some(hi.clone()),
+                        };
+                        merged.push((*p, probe, 1, *ex_a && *ex_b));
+                    }
+                }
+            }
+        }
+        let single = single || (terms.len() == 2 && !merged.is_empty());
+        let mut best: Option<(usize, Probe, u8, bool)> = None;
+        for c in found.into_iter().chain(merged) {
+            if best.as_ref().is_none_or(|b| c.2 < b.2) {
+                best = Some(c);
             }
         }
         best.map(|(path, probe, _, exact)| Chosen {
