@@ -258,6 +258,18 @@ fn check(docs: &[Doc], p: &Pred, desc: bool, top: Option<usize>) -> Result<(), T
             );
             let want = reference(docs, now_off, p, desc, top, pk);
             let q = Query::new(&text);
+            // A lone comparison other than `!=` is answered by the index (so this test
+            // compares the index's answers, not a second scan).
+            if let Pred::Cmp(path, op, _) = p {
+                let plan = indexed.query_plan(&q).map_err(fail)?;
+                let want_plan = if *op == "!=" { "" } else { *path };
+                prop_assert_eq!(
+                    plan.strip_prefix("index /").unwrap_or(""),
+                    want_plan,
+                    "{}",
+                    text
+                );
+            }
             for c in [&plain, &indexed] {
                 let got: Vec<String> = c
                     .query(&q)
