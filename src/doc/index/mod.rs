@@ -3,8 +3,9 @@
 //!
 //! - `policy.rs`: the Cosmos path strings and which of them are indexed.
 //! - `encode.rs`: the order-preserving encoding of indexed values.
-//! - this file: [`IndexSet`] (one per container: a `BTreeMap` per path from `value ++ item
-//!   key` to a count, and per item key the versions whose entries it holds), the [`Registry`]
+//! - this file: [`IndexSet`] (one per container: per path a `BTreeMap` from encoded value to
+//!   the item keys holding it, each with a version count, and per item key the versions whose
+//!   entries it holds), the [`Registry`]
 //!   of a database's index sets, and the write and query protocols.
 //!
 //! The index is derived state: never persisted, built from the key directory when a container
@@ -117,10 +118,14 @@ struct Version {
     enc: Box<[u8]>,
 }
 
+/// The item keys holding one value at one path, with their version counts.
+type Postings = BTreeMap<Box<[u8]>, u32>;
+
 #[derive(Debug, Default)]
 struct Tables {
-    /// Per path: `value ++ item key` → how many versions hold that entry.
-    trees: Vec<BTreeMap<Box<[u8]>, u32>>,
+    /// Per path: encoded value → item key → how many versions hold that entry (two levels:
+    /// a search compares values, then item keys, never a long shared prefix twice).
+    trees: Vec<BTreeMap<Box<[u8]>, Postings>>,
     /// Item key → the versions with entries (oldest first; usually one).
     by_key: HashMap<Box<[u8]>, SmallVec<[Version; 1]>>,
     /// The next version id (0 is the build's).
@@ -197,33 +202,37 @@ impl IndexSet {
         out.into_boxed_slice()
     }
 
-    fn entry_key(value: &[u8], key: &[u8]) -> Box<[u8]> {
-        let mut e = Vec::with_capacity(value.len() + key.len());
-        e.extend_from_slice(value);
-        e.extend_from_slice(key);
-        e.into_boxed_slice()
-    }
-
     fn add_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
-                *tree.entry(Self::entry_key(v, key)).or_insert(0) += 1;
+                let postings = match tree.get_mut(v) {
+                    Some(p) => p,
+                    None => tree.entry(v.into()).or_default(),
+                };
+                match postings.get_mut(key) {
+                    Some(n) => *n += 1,
+                    None => {
+                        postings.insert(key.into(), 1);
+                    }
+                }
             }
         }
     }
 
     fn remove_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
-        let mut e = Vec::with_capacity(enc.len() + key.len());
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
-                e.clear();
-                e.extend_from_slice(v);
-                e.extend_from_slice(key);
-                if let Some(n) = tree.get_mut(e.as_slice()) {
+                let Some(postings) = tree.get_mut(v) else {
+                    continue;
+                };
+                if let Some(n) = postings.get_mut(key) {
                     *n -= 1;
                     if *n == 0 {
-                        tree.remove(e.as_slice());
+                        postings.remove(key);
                     }
+                }
+                if postings.is_empty() {
+                    tree.remove(v);
                 }
             }
         }
@@ -405,14 +414,8 @@ impl IndexSet {
                 if empty_range(&bounds) {
                     continue;
                 }
-                for (e, _) in tree.range::<[u8], _>(bounds) {
-                    let Some(n) = encode::encoded_len(e) else {
-                        continue;
-                    };
-                    let key = &e[n..];
-                    if keep(key) {
-                        keys.push(key.to_vec());
-                    }
+                for (_, postings) in tree.range::<[u8], _>(bounds) {
+                    keys.extend(postings.keys().filter(|k| keep(k)).map(|k| k.to_vec()));
                 }
             }
         }
@@ -451,11 +454,8 @@ impl IndexSet {
                 if empty_range(&bounds) {
                     continue;
                 }
-                for (e, _) in tree.range::<[u8], _>(bounds) {
-                    let Some(len) = encode::encoded_len(e) else {
-                        continue;
-                    };
-                    let key = &e[len..];
+                for key in tree.range::<[u8], _>(bounds).flat_map(|(_, p)| p.keys()) {
+                    let key: &[u8] = key;
                     if !keep(key) {
                         continue;
                     }
@@ -479,7 +479,8 @@ impl IndexSet {
     /// Entries held (all paths) and item keys tracked, for tests and the design note.
     pub(crate) fn size(&self) -> (usize, usize) {
         let t = self.t.read();
-        (t.trees.iter().map(BTreeMap::len).sum(), t.by_key.len())
+        let entries = t.trees.iter().flat_map(BTreeMap::values).map(BTreeMap::len).sum();
+        (entries, t.by_key.len())
     }
 }
 
