@@ -301,7 +301,8 @@ impl Container {
         let pk_path = self.props.partition_key_path.clone();
         let mut results: Vec<BatchOperationResult> = Vec::with_capacity(batch.ops.len());
         let mut failed: Option<(usize, Error)> = None;
-        self.write_items(|view| {
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self.write_items(|view| {
             let now_ms = view.now_ms();
             // Key → the item as the batch has left it (`None`: absent).
             let mut overlay: HashMap<Vec<u8>, Option<Value>> = HashMap::new();
@@ -431,8 +432,16 @@ impl Container {
                     }
                 }
             }
+            // Every key the batch writes, staged once with the state the batch leaves it in.
+            for (key, after) in &overlay {
+                if writes.iter().any(|(k, _)| k == key) {
+                    stage.put(key, after.as_ref());
+                }
+            }
             Ok(writes)
-        })?;
+        });
+        stage.finish(&done);
+        done?;
         if failed.is_none() {
             self.db.notify_change();
         }

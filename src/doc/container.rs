@@ -8,6 +8,8 @@
 
 // The atomic bulk create (`Container::create_items`), in its own file.
 mod bulk;
+// The query planner's choice (point read, partition, index, scan) and the runs.
+mod query;
 pub use bulk::BulkCreate;
 
 use std::collections::hash_map::RandomState;
@@ -155,7 +157,8 @@ impl Container {
     ) -> Result<Option<Value>> {
         let limit = self.db.max_item_size();
         let mut out = None;
-        self.write_items(|view| {
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self.write_items(|view| {
             check(&view.current(key))?;
             match put {
                 Some((stored, id)) => {
@@ -163,12 +166,18 @@ impl Container {
                         return Err(Error::BadRequest("item must be a JSON object".into()));
                     };
                     let (bytes, ttl, stored) = finish(map, id, view.now_ms(), limit)?;
+                    stage.put(key, Some(&stored));
                     out = Some(stored);
                     Ok(vec![(key.to_vec(), Some((bytes, ttl)))])
                 }
-                None => Ok(vec![(key.to_vec(), None)]),
+                None => {
+                    stage.put(key, None);
+                    Ok(vec![(key.to_vec(), None)])
+                }
             }
-        })?;
+        });
+        stage.finish(&done);
+        done?;
         Ok(out)
     }
 
@@ -249,8 +258,16 @@ impl Container {
             self.db.notify_change();
             return Ok(stored.unwrap_or(p.stored));
         }
-        self.ks
-            .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, check)?;
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self
+            .ks
+            .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
+                check(cur)?;
+                stage.put(&p.key, Some(&p.stored));
+                Ok(())
+            });
+        stage.finish(&done);
+        done?;
         self.db.notify_change();
         Ok(p.stored)
     }
@@ -278,13 +295,19 @@ impl Container {
             self.db.notify_change();
             return Ok(stored.unwrap_or(p.stored));
         }
-        if opts.if_match.is_none() {
-            self.ks.write_unchecked(&p.key, (p.bytes, p.ttl), p.at_ms)?;
-        } else {
-            self.ks
+        // Always the checked write: the index (if any) is staged under the log mutex, where a
+        // newly registered index is also registered, so no write slips past its build.
+        {
+            let mut stage = self.db.indexes().stage(&self.ks);
+            let done = self
+                .ks
                 .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
-                    check_etag(&id, cur, opts, false)
-                })?;
+                    check_etag(&id, cur, opts, false)?;
+                    stage.put(&p.key, Some(&p.stored));
+                    Ok(())
+                });
+            stage.finish(&done);
+            done?;
         }
         self.db.notify_change();
         Ok(p.stored)
@@ -335,10 +358,16 @@ impl Container {
             self.db.notify_change();
             return Ok(stored.unwrap_or(p.stored));
         }
-        self.ks
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self
+            .ks
             .write_checked(&p.key, Some((p.bytes, p.ttl)), p.at_ms, |cur| {
-                check_etag(id, cur, opts, true)
-            })?;
+                check_etag(id, cur, opts, true)?;
+                stage.put(&p.key, Some(&p.stored));
+                Ok(())
+            });
+        stage.finish(&done);
+        done?;
         self.db.notify_change();
         Ok(p.stored)
     }
@@ -387,10 +416,16 @@ impl Container {
             self.db.notify_change();
             return Ok(());
         }
-        self.ks
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self
+            .ks
             .write_checked(&key, None, self.ks.store().now_unix_millis(), |cur| {
-                check_etag(id, cur, opts, true)
-            })?;
+                check_etag(id, cur, opts, true)?;
+                stage.put(&key, None);
+                Ok(())
+            });
+        stage.finish(&done);
+        done?;
         self.db.notify_change();
         Ok(())
     }
@@ -487,84 +522,7 @@ impl Container {
         })
     }
 
-    fn run_query(
-        &self,
-        q: &Query,
-        opts: &QueryOptions,
-        page: &PageSpec,
-    ) -> Result<(Vec<Value>, Option<super::query::Cursor>)> {
-        let prepared = super::query::prepare(q)?;
-        // The plan: the options' partition, or the one the WHERE clause pins with an equality
-        // on the partition key path; then, with a partition and an equality on `id`, a point
-        // read. The full WHERE still runs on every row read.
-        let pk = match &opts.partition_key {
-            Some(pk) => Some(pk.clone()),
-            None => self.pinned_partition(&prepared),
-        };
-        if pk.is_none() && prepared.is_plain_count() && page.after.is_none() {
-            return Ok((vec![Value::from(self.ks.len()?)], None));
-        }
-        let from = prepared.scan_from(page);
-        match pk {
-            Some(pk) => match prepared.required_value(&["id".to_string()]) {
-                Some(Value::String(id)) => {
-                    self.check_exists()?;
-                    let key = partition::encode_key(&pk, &id);
-                    let item = self
-                        .ks
-                        .get(&key)?
-                        .map(|bytes| parse_stored(&bytes).map(|v| (key.clone(), v)));
-                    prepared.run(item.into_iter(), page)
-                }
-                _ => {
-                    self.check_exists()?;
-                    let prefix = partition::encode_prefix(&pk);
-                    match from {
-                        // A continued unordered scan seeks to the cursor's item.
-                        Some(start) => {
-                            let scan = self.ks.range(start..);
-                            let within = keyed(scan).take_while(move |r| {
-                                r.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix))
-                            });
-                            prepared.run(within, page)
-                        }
-                        None => prepared.run(keyed(self.ks.prefix(prefix)), page),
-                    }
-                }
-            },
-            None => {
-                self.check_exists()?;
-                let scan = match from {
-                    Some(start) => self.ks.range(start..),
-                    None => self.ks.iter(),
-                };
-                prepared.run(keyed(scan), page)
-            }
-        }
-    }
-
-    /// The partition a query's WHERE pins with `c.<partition key path> = value`, if any.
-    fn pinned_partition(&self, q: &super::query::Prepared<'_>) -> Option<PartitionKey> {
-        let path: Vec<String> = self
-            .props
-            .partition_key_path
-            .split('/')
-            .skip(1)
-            .map(|s| s.replace("~1", "/").replace("~0", "~"))
-            .collect();
-        let value = q.required_value(&path)?;
-        // Build an item holding `value` at the path and extract its key: one definition of
-        // how a value maps to a partition.
-        let mut item = value;
-        for seg in path.iter().rev() {
-            let mut m = Map::new();
-            m.insert(seg.clone(), item);
-            item = Value::Object(m);
-        }
-        partition::extract(&item, &self.props.partition_key_path).ok()
-    }
-
-    fn check_exists(&self) -> Result<()> {
+    pub(super) fn check_exists(&self) -> Result<()> {
         self.ks.check_alive()
     }
 }
@@ -679,7 +637,9 @@ pub struct QueryPage<T> {
 }
 
 /// Items with their engine keys, parsed.
-fn keyed(scan: Iter) -> impl Iterator<Item = Result<(Vec<u8>, Value)>> {
+pub(super) fn keyed(
+    scan: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>,
+) -> impl Iterator<Item = Result<(Vec<u8>, Value)>> {
     scan.map(|kv| {
         let (key, bytes) = kv?;
         Ok((key, parse_stored(&bytes)?))

@@ -74,6 +74,9 @@ pub struct Database {
     /// Per container id, the history of its all-versions change feed, shared by every handle
     /// of that container so that turning retention on or off reaches handles opened before.
     histories: Arc<Mutex<HashMap<String, HistorySlot>>>,
+    /// The containers' secondary indexes (`doc/index/`), built when a container is first
+    /// opened in this process.
+    indexes: Arc<super::index::Registry>,
 }
 
 impl Database {
@@ -100,6 +103,7 @@ impl Database {
             catalog: Arc::new(Mutex::new(())),
             changes: Arc::default(),
             histories: Arc::default(),
+            indexes: Arc::default(),
         })
     }
 
@@ -179,6 +183,7 @@ impl Database {
         self.histories
             .lock()
             .insert(props.id.clone(), Arc::new(parking_lot::RwLock::new(history)));
+        self.indexes.ensure(&ks, props.indexed_paths()?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
 
@@ -223,6 +228,7 @@ impl Database {
         let mut props = self.properties(id)?;
         let ks = self.container_keyspace(&props)?;
         props.default_ttl = ks.default_ttl();
+        self.indexes.ensure(&ks, props.indexed_paths()?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
 
@@ -299,6 +305,7 @@ impl Database {
         } else {
             self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
         }
+        self.indexes.ensure(&ks, props.indexed_paths()?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
 
@@ -308,6 +315,9 @@ impl Database {
     /// 404 if it does not exist.
     pub fn delete_container(&self, id: &str) -> Result<()> {
         let _catalog = self.catalog.lock();
+        if let Ok(ks) = self.store.keyspace(&keyspace_name(id)) {
+            self.indexes.remove(ks.core().id);
+        }
         if !self.system.delete(id.as_bytes())? {
             return Err(Error::NotFound(format!("container '{id}'")));
         }
@@ -368,7 +378,15 @@ impl Database {
     /// # Errors
     /// As [`Store::maintain`].
     pub fn maintain(&self) -> Result<usize> {
-        self.store.maintain()
+        let n = self.store.maintain()?;
+        // Expired items are gone from the key directory now: their index entries go too.
+        self.indexes.sweep_all();
+        Ok(n)
+    }
+
+    /// The containers' secondary indexes.
+    pub(crate) fn indexes(&self) -> &super::index::Registry {
+        &self.indexes
     }
 
     pub(crate) fn max_item_size(&self) -> usize {

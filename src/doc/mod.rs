@@ -4,7 +4,9 @@
 //! - `container.rs`: [`Container`], item operations, etags, conditional writes.
 //! - `properties.rs`: [`ContainerProperties`] and the Cosmos REST JSON shape.
 //! - `validate.rs`: item `ttl`, `id` and shape checks with the exact Cosmos messages.
-//! - `query/`: the Cosmos DB SQL dialect (parser, evaluator, runner).
+//! - `query/`: the Cosmos DB SQL dialect (parser, evaluator, planner, runner).
+//! - `index/`: secondary indexes of the `indexingPolicy.includedPaths`, kept in step with
+//!   every write and used by the query planner.
 //! - `precheck.rs`: refuses items holding NaN or infinity (which JSON cannot hold) or nested
 //!   deeper than 128 levels, before they are converted.
 //! - `stored.rs`: parses stored items back, up to the same 128 levels.
@@ -15,6 +17,7 @@ mod batch;
 mod container;
 mod database;
 mod feed;
+mod index;
 mod patch;
 hooked_mod!(partition);
 mod precheck;

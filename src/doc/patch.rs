@@ -585,7 +585,8 @@ impl Container {
         let key = partition::encode_key(&pk.into(), id);
         let limit = self.db.max_item_size();
         let mut out = None;
-        self.write_items(|view| {
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = self.write_items(|view| {
             let current = parse_current(view.get(&key)?)?;
             let (bytes, ttl, stored) = patch_doc(
                 current,
@@ -596,9 +597,12 @@ impl Container {
                 view.now_ms(),
                 limit,
             )?;
+            stage.put(&key, Some(&stored));
             out = Some(stored);
             Ok(vec![(key.clone(), Some((bytes, ttl)))])
-        })?;
+        });
+        stage.finish(&done);
+        done?;
         self.db.notify_change();
         out.ok_or_else(|| Error::NotFound(format!("item '{id}'")))
     }

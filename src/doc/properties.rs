@@ -110,6 +110,12 @@ pub struct ContainerProperties {
     /// long the all-versions-and-deletes change feed keeps superseded versions, deletes and
     /// expiries. `None` (the default): off, and that mode is a 400 for this container.
     pub change_feed_retention_minutes: Option<u32>,
+    /// `indexingPolicy.includedPaths` (Cosmos path strings such as `/status/?`): the paths
+    /// that get a secondary index (`doc/index/policy.rs` says which forms are indexed). Empty
+    /// unless set: queries then scan.
+    pub included_paths: Vec<String>,
+    /// `indexingPolicy.excludedPaths`: an included path also listed here is not indexed.
+    pub excluded_paths: Vec<String>,
 }
 
 /// The largest change feed retention in minutes: its seconds still fit a record's TTL.
@@ -124,7 +130,30 @@ impl ContainerProperties {
             default_ttl: DefaultTtl::Off,
             indexing_mode: IndexingMode::Consistent,
             change_feed_retention_minutes: None,
+            included_paths: Vec::new(),
+            excluded_paths: Vec::new(),
         }
+    }
+
+    /// Adds Cosmos index paths to `indexingPolicy.includedPaths` (`"/status/?"`): each gets an
+    /// ordered secondary index that queries use for `=`, `IN`, ranges, `BETWEEN` and
+    /// `STARTSWITH`.
+    #[must_use]
+    pub fn with_included_paths<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
+        self.included_paths.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds paths to `indexingPolicy.excludedPaths`.
+    #[must_use]
+    pub fn with_excluded_paths<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
+        self.excluded_paths.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// The property paths that get a secondary index (from the included and excluded paths).
+    pub(crate) fn indexed_paths(&self) -> Result<Vec<Vec<String>>> {
+        super::index::policy::indexed_paths(&self.included_paths, &self.excluded_paths)
     }
 
     /// Turns on the all-versions-and-deletes change feed with a retention window of `minutes`
@@ -175,6 +204,7 @@ impl ContainerProperties {
                 return Err(invalid_retention(&m.to_string()));
             }
         }
+        self.indexed_paths()?;
         Ok(())
     }
 
@@ -201,12 +231,17 @@ impl ContainerProperties {
         let default_ttl = parse_default_ttl(obj.get("defaultTtl"))?;
         let indexing_mode = parse_indexing_policy(obj.get("indexingPolicy"))?;
         let change_feed_retention_minutes = parse_change_feed_policy(obj.get("changeFeedPolicy"))?;
+        let policy = obj.get("indexingPolicy");
+        let included_paths = parse_policy_paths(policy, "includedPaths")?;
+        let excluded_paths = parse_policy_paths(policy, "excludedPaths")?;
         let props = ContainerProperties {
             id,
             partition_key_path,
             default_ttl,
             indexing_mode,
             change_feed_retention_minutes,
+            included_paths,
+            excluded_paths,
         };
         props.validate()?;
         Ok(props)
@@ -232,10 +267,21 @@ impl ContainerProperties {
         if let Some(ttl) = self.default_ttl.to_json_value() {
             obj.insert("defaultTtl".to_owned(), Value::from(ttl));
         }
-        obj.insert(
-            "indexingPolicy".to_owned(),
-            json!({"indexingMode": self.indexing_mode.as_str()}),
+        let mut policy = Map::new();
+        policy.insert(
+            "indexingMode".to_owned(),
+            Value::from(self.indexing_mode.as_str()),
         );
+        for (name, paths) in [
+            ("includedPaths", &self.included_paths),
+            ("excludedPaths", &self.excluded_paths),
+        ] {
+            if !paths.is_empty() {
+                let list = paths.iter().map(|p| json!({ "path": p })).collect();
+                policy.insert(name.to_owned(), Value::Array(list));
+            }
+        }
+        obj.insert("indexingPolicy".to_owned(), Value::Object(policy));
         if let Some(m) = self.change_feed_retention_minutes {
             obj.insert(
                 "changeFeedPolicy".to_owned(),
@@ -341,6 +387,34 @@ fn parse_indexing_policy(v: Option<&Value>) -> Result<IndexingMode> {
     }
 }
 
+/// `indexingPolicy.includedPaths` / `excludedPaths`: absent, or an array of objects each
+/// with a `path` string (other members, such as Cosmos's `indexes`, are ignored). Each path
+/// is checked (`doc/index/policy.rs`); anything else is a 400 naming the field.
+fn parse_policy_paths(policy: Option<&Value>, field: &str) -> Result<Vec<String>> {
+    let Some(list) = policy.and_then(|p| p.get(field)) else {
+        return Ok(Vec::new());
+    };
+    let Some(list) = list.as_array() else {
+        return Err(Error::BadRequest(format!(
+            "indexingPolicy.{field} must be an array of {{\"path\": ...}} objects, not {}",
+            json_kind(list)
+        )));
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| match item.get("path") {
+            Some(Value::String(p)) if item.is_object() => {
+                super::index::policy::parse_path(field, p)?;
+                Ok(p.clone())
+            }
+            _ => Err(Error::BadRequest(format!(
+                "indexingPolicy.{field}[{i}] must be an object with a 'path' string, not {}",
+                render(item)
+            ))),
+        })
+        .collect()
+}
+
 impl Serialize for ContainerProperties {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
@@ -349,9 +423,17 @@ impl Serialize for ContainerProperties {
             kind: &'static str,
         }
         #[derive(Serialize)]
+        struct IndexPath<'a> {
+            path: &'a str,
+        }
+        #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
-        struct Policy {
+        struct Policy<'a> {
             indexing_mode: IndexingMode,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            included_paths: Vec<IndexPath<'a>>,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            excluded_paths: Vec<IndexPath<'a>>,
         }
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
@@ -360,7 +442,7 @@ impl Serialize for ContainerProperties {
             partition_key: Pk<'a>,
             #[serde(skip_serializing_if = "Option::is_none")]
             default_ttl: Option<i64>,
-            indexing_policy: Policy,
+            indexing_policy: Policy<'a>,
             #[serde(skip_serializing_if = "Option::is_none")]
             change_feed_policy: Option<FeedPolicy>,
         }
@@ -368,6 +450,9 @@ impl Serialize for ContainerProperties {
         #[serde(rename_all = "camelCase")]
         struct FeedPolicy {
             retention_duration: u32,
+        }
+        fn paths(list: &[String]) -> Vec<IndexPath<'_>> {
+            list.iter().map(|p| IndexPath { path: p }).collect()
         }
         Wire {
             id: &self.id,
@@ -378,6 +463,8 @@ impl Serialize for ContainerProperties {
             default_ttl: self.default_ttl.to_json_value(),
             indexing_policy: Policy {
                 indexing_mode: self.indexing_mode,
+                included_paths: paths(&self.included_paths),
+                excluded_paths: paths(&self.excluded_paths),
             },
             change_feed_policy: self
                 .change_feed_retention_minutes

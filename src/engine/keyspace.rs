@@ -16,6 +16,8 @@ use crate::keydir::{Entry, KeyspaceCore};
 use crate::ttl::{self, DefaultTtl, ItemTtl, Ttl};
 
 mod bulk;
+mod picked;
+pub(crate) use picked::Picked;
 
 /// How long a live key has left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,28 +120,6 @@ impl Keyspace {
             put,
         };
         let existed = self.inner().apply(std::slice::from_ref(&op), false)?;
-        Ok(existed.first().copied().unwrap_or(false))
-    }
-
-    /// A put with its own TTL setting as the record carries it (for the document layer), at the
-    /// instant `at_ms` the caller took from [`Store::now_unix_millis`] and stamped into the value.
-    pub(crate) fn write_unchecked(
-        &self,
-        key: &[u8],
-        put: (Vec<u8>, ItemTtl),
-        at_ms: u64,
-    ) -> Result<bool> {
-        let op = Op {
-            ks: Arc::clone(&self.core),
-            key: key.to_vec(),
-            put: Some(put),
-        };
-        let existed = self.inner().apply_checked(
-            std::slice::from_ref(&op),
-            false,
-            None::<fn(&Current<'_>) -> Result<()>>,
-            Some(at_ms),
-        )?;
         Ok(existed.first().copied().unwrap_or(false))
     }
 

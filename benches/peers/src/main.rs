@@ -7,12 +7,17 @@
 //! `--keeps-up` (or `--keeps-up-secs=N`, default 60) runs only the real-clock TTL churn of
 //! `keeps_up.rs` for every engine and replaces that section of `docs/benchmarks.md` (and its
 //! plot), leaving the rest of the file as it is.
+//!
+//! `--query` runs only the query comparison of `query.rs` (ebbdb's Cosmos SQL with and
+//! without secondary indexes against SQLite with `json_extract`, with and without an
+//! expression index) and prints its table; `PEERS_QUERY_ITEMS` sets the item count (1 M).
 
 mod bench;
 mod engines;
 mod keeps_up;
 mod peers;
 mod plots;
+mod query;
 mod report;
 mod ttl;
 
@@ -72,6 +77,13 @@ fn main() {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }
+        }
+        return;
+    }
+    if std::env::args().any(|a| a == "--query") {
+        if let Err(e) = query::run() {
+            eprintln!("error: {e}");
+            std::process::exit(1);
         }
         return;
     }

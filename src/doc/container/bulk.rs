@@ -58,14 +58,15 @@ impl Container {
         let mut puts = Vec::with_capacity(items.len());
         let mut index = Vec::with_capacity(items.len());
         let mut seen = HashSet::new();
+        let mut docs = Vec::with_capacity(items.len());
         let at_ms = self.ks.store().now_unix_millis();
         for (i, item) in items.iter().enumerate() {
             let prepared = self.prepare(item).and_then(|(p, _, id)| {
-                let bytes = self.restamp(p.stored, at_ms, &id)?;
-                Ok((p.key, bytes, p.ttl, id))
+                let (bytes, stored) = self.restamp(p.stored, at_ms, &id)?;
+                Ok((p.key, bytes, p.ttl, id, stored))
             });
             match prepared {
-                Ok((key, bytes, ttl, id)) => {
+                Ok((key, bytes, ttl, id, stored)) => {
                     if !seen.insert(key.clone()) {
                         refused.push((
                             i,
@@ -76,6 +77,7 @@ impl Container {
                         continue;
                     }
                     index.push((i, id));
+                    docs.push(stored);
                     puts.push((key, bytes, ttl));
                 }
                 Err(e) => refused.push((i, e)),
@@ -96,11 +98,20 @@ impl Container {
             return Ok(BulkCreate::Created(0));
         }
         let n = puts.len();
-        let live = if self.keeps_history() {
-            self.create_all_with_history(puts)?
+        let mut stage = self.db.indexes().stage(&self.ks);
+        let done = if self.keeps_history() {
+            self.create_all_with_history(puts, &mut stage)
         } else {
-            self.ks.create_all(puts, at_ms)?
+            let keys: Vec<Vec<u8>> = puts.iter().map(|(k, _, _)| k.clone()).collect();
+            self.ks.create_all(puts, at_ms, || {
+                for (key, doc) in keys.iter().zip(&docs) {
+                    stage.put(key, Some(doc));
+                }
+            })
         };
+        // Refused (a key is live): nothing was staged, nothing to settle.
+        stage.finish(&done);
+        let live = done?;
         if live.is_empty() {
             return Ok(BulkCreate::Created(n));
         }
@@ -119,6 +130,7 @@ impl Container {
     fn create_all_with_history(
         &self,
         puts: Vec<(Vec<u8>, Vec<u8>, crate::ttl::ItemTtl)>,
+        stage: &mut crate::doc::index::Stage<'_>,
     ) -> Result<Vec<usize>> {
         let limit = self.db.max_item_size();
         let mut live = Vec::new();
@@ -141,8 +153,9 @@ impl Container {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string();
-                let (bytes, own, _) = super::finish(map, &id, view.now_ms(), limit)?;
+                let (bytes, own, stored) = super::finish(map, &id, view.now_ms(), limit)?;
                 debug_assert_eq!(own, *ttl);
+                stage.put(key, Some(&stored));
                 ops.push((key.clone(), Some((bytes, own))));
             }
             Ok(ops)
@@ -152,14 +165,14 @@ impl Container {
 
     /// Stamps a prepared item with the batch's instant: `_ts`, a fresh `_etag`, its bytes
     /// (checked against the item size limit again, as the stamp's length may differ).
-    fn restamp(&self, stored: Value, at_ms: u64, id: &str) -> Result<Vec<u8>> {
+    fn restamp(&self, stored: Value, at_ms: u64, id: &str) -> Result<(Vec<u8>, Value)> {
         let Value::Object(mut map) = stored else {
             return Err(Error::BadRequest("item must be a JSON object".into()));
         };
         map.insert("_ts".into(), Value::from(at_ms / 1000));
         map.insert("_etag".into(), Value::String(new_etag(at_ms)));
-        let bytes = serde_json::to_vec(&Value::Object(map))
-            .map_err(|e| Error::BadRequest(e.to_string()))?;
+        let stored = Value::Object(map);
+        let bytes = serde_json::to_vec(&stored).map_err(|e| Error::BadRequest(e.to_string()))?;
         let limit = self.db.max_item_size();
         if bytes.len() > limit {
             return Err(Error::TooLarge(format!(
@@ -167,6 +180,6 @@ impl Container {
                 bytes.len()
             )));
         }
-        Ok(bytes)
+        Ok((bytes, stored))
     }
 }

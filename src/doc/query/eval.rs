@@ -121,6 +121,20 @@ fn string(v: &Val) -> Option<&str> {
     v.as_ref().and_then(Value::as_str)
 }
 
+/// The value a path (`c`, a JOIN alias, then `.name` steps) refers to, borrowed from the row:
+/// `Some(None)` for an undefined one, `None` when `e` is not such a path.
+fn place<'a>(e: &Expr, cx: &Ctx<'a>) -> Option<Option<&'a Value>> {
+    match e {
+        Expr::Root => Some(Some(cx.doc)),
+        Expr::Var(i) => Some(cx.vars.get(*i)),
+        Expr::Prop(base, name) => Some(place(base, cx)?.and_then(|v| match v {
+            Value::Object(m) => m.get(name),
+            _ => None,
+        })),
+        _ => None,
+    }
+}
+
 /// Evaluates `e` for one row.
 pub(crate) fn eval(e: &Expr, cx: &Ctx<'_>) -> Val {
     match e {
@@ -128,9 +142,13 @@ pub(crate) fn eval(e: &Expr, cx: &Ctx<'_>) -> Val {
         Expr::Param(p) => cx.params.get(p).cloned(),
         Expr::Root => Some(cx.doc.clone()),
         Expr::Var(i) => cx.vars.get(*i).cloned(),
-        Expr::Prop(base, name) => match eval(base, cx) {
-            Some(Value::Object(mut m)) => m.remove(name),
-            _ => None,
+        Expr::Prop(base, name) => match place(e, cx) {
+            // A path from the item or an alias: only the value at its end is copied.
+            Some(found) => found.cloned(),
+            None => match eval(base, cx) {
+                Some(Value::Object(mut m)) => m.remove(name),
+                _ => None,
+            },
         },
         Expr::Index(base, index) => match (eval(base, cx), eval(index, cx)) {
             (Some(Value::Array(mut a)), Some(Value::Number(n))) => n

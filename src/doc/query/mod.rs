@@ -3,6 +3,7 @@
 //! - `lexer.rs`: tokens with positions.
 //! - `parser.rs`: a hand-written recursive-descent parser into the typed tree of `ast.rs`
 //!   (bounded nesting; every error a 400 naming the position).
+//! - `plan.rs`: which WHERE term a secondary index can answer (`doc/index/`).
 //! - `eval.rs`: Cosmos semantics (undefined vs null, three-valued logic, the cross-type order,
 //!   system functions).
 //! - this file: [`Query`], [`QueryOptions`] and the runner: scan (one partition's key prefix
@@ -16,6 +17,9 @@ mod ast;
 mod eval;
 mod lexer;
 mod parser;
+mod plan;
+
+pub(crate) use plan::Chosen;
 
 use std::collections::{HashMap, HashSet};
 

@@ -18,6 +18,8 @@ impl Keyspace {
     /// `Store::now_unix_millis` and stamped into the values), but only if none of the keys
     /// is live at that instant. Returns the indexes (into `puts`) of the keys that are live;
     /// when it is non-empty nothing was written. The caller makes the keys distinct.
+    /// `on_free` runs under the log mutex once every key is known to be free, just before the
+    /// batch is appended (the document layer stages its index entries there).
     ///
     /// # Errors
     /// As [`Keyspace::put`]: a deleted keyspace, a key or value over its limit, a poisoned
@@ -26,6 +28,7 @@ impl Keyspace {
         &self,
         puts: Vec<(Vec<u8>, Vec<u8>, ItemTtl)>,
         at_ms: u64,
+        on_free: impl FnOnce(),
     ) -> Result<Vec<usize>> {
         let ops: Vec<Op> = puts
             .into_iter()
@@ -47,6 +50,7 @@ impl Keyspace {
                     .map(|(i, _)| i),
             );
             if live.is_empty() {
+                on_free();
                 Ok(())
             } else {
                 Err(Error::Conflict("a key of the batch is live".into()))

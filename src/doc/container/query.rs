@@ -1,0 +1,211 @@
+//! How a container runs a query: the plan (DESIGN.md §"Query planner" and §"Secondary
+//! indexes") and the reads each plan makes.
+//!
+//! In order of preference:
+//! 1. `SELECT VALUE COUNT(1) FROM c` over every partition: the key directory's live count.
+//! 2. A partition (from the options, or pinned by `c.<pk path> = value`) with `c.id = 'x'`: a
+//!    point read.
+//! 3. A built secondary index on a path a WHERE term can use (`query/plan.rs`), other than
+//!    the pinned partition key: the candidates the index names, within the partition if one is
+//!    pinned, read through the key directory with a scan's semantics.
+//! 4. A pinned partition: a prefix scan of it.
+//! 5. A scan of the container.
+//!
+//! Every plan runs the whole WHERE on every item it reads, so plans differ in cost only.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::{keyed, parse_stored, Container};
+use crate::doc::index::IndexSet;
+use crate::doc::partition::{self, PartitionKey};
+use crate::doc::query::{self, Chosen, Cursor, PageSpec, Prepared, Query, QueryOptions};
+use crate::error::Result;
+
+/// A query's plan.
+enum Plan {
+    LiveCount,
+    Point(PartitionKey, String),
+    Index(Arc<IndexSet>, Chosen, Option<PartitionKey>),
+    Partition(PartitionKey),
+    Scan,
+}
+
+impl Plan {
+    fn describe(&self, set: Option<&IndexSet>) -> String {
+        match self {
+            Plan::LiveCount => "count".into(),
+            Plan::Point(..) => "point".into(),
+            Plan::Index(_, c, _) => {
+                let path = set
+                    .and_then(|s| s.paths().get(c.path))
+                    .map(|p| p.join("/"))
+                    .unwrap_or_default();
+                format!("index /{path}")
+            }
+            Plan::Partition(_) => "partition".into(),
+            Plan::Scan => "scan".into(),
+        }
+    }
+}
+
+impl Container {
+    fn plan(&self, q: &Prepared<'_>, opts: &QueryOptions, page: &PageSpec) -> Plan {
+        let pk = match &opts.partition_key {
+            Some(pk) => Some(pk.clone()),
+            None => self.pinned_partition(q),
+        };
+        if pk.is_none() && q.is_plain_count() && page.after.is_none() {
+            return Plan::LiveCount;
+        }
+        if let Some(pk) = &pk {
+            if let Some(Value::String(id)) = q.required_value(&["id".to_string()]) {
+                return Plan::Point(pk.clone(), id);
+            }
+        }
+        if let Some(set) = self.db.indexes().get(&self.ks).filter(|s| s.is_ready()) {
+            let pk_path = pk.as_ref().map(|_| self.pk_segments());
+            let usable: Vec<Vec<String>> = set
+                .paths()
+                .iter()
+                .map(|p| match &pk_path {
+                    Some(pkp) if pkp == p => Vec::new(), // the partition already narrows it
+                    _ => p.clone(),
+                })
+                .collect();
+            if let Some(chosen) = q.index_probe(&usable) {
+                return Plan::Index(set, chosen, pk);
+            }
+        }
+        match pk {
+            Some(pk) => Plan::Partition(pk),
+            None => Plan::Scan,
+        }
+    }
+
+    /// Test hook: the plan a query would run with (`count`, `point`, `index /path`,
+    /// `partition`, `scan`).
+    ///
+    /// # Errors
+    /// 400 for a query that does not parse or check.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn query_plan(&self, q: &Query) -> Result<String> {
+        let prepared = query::prepare(q)?;
+        let plan = self.plan(&prepared, &QueryOptions::default(), &PageSpec::default());
+        let set = self.db.indexes().get(&self.ks);
+        Ok(plan.describe(set.as_deref()))
+    }
+
+    /// Test hook: the secondary index entries held (all paths) and item keys tracked.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn index_size(&self) -> Option<(usize, usize)> {
+        self.db.indexes().get(&self.ks).map(|s| s.size())
+    }
+
+    pub(super) fn run_query(
+        &self,
+        q: &Query,
+        opts: &QueryOptions,
+        page: &PageSpec,
+    ) -> Result<(Vec<Value>, Option<Cursor>)> {
+        let prepared = query::prepare(q)?;
+        let plan = self.plan(&prepared, opts, page);
+        if matches!(plan, Plan::LiveCount) {
+            return Ok((vec![Value::from(self.ks.len()?)], None));
+        }
+        self.check_exists()?;
+        let from = prepared.scan_from(page);
+        match plan {
+            Plan::LiveCount => Ok((vec![Value::from(self.ks.len()?)], None)),
+            Plan::Point(pk, id) => {
+                let key = partition::encode_key(&pk, &id);
+                let item = self
+                    .ks
+                    .get(&key)?
+                    .map(|bytes| parse_stored(&bytes).map(|v| (key.clone(), v)));
+                prepared.run(item.into_iter(), page)
+            }
+            Plan::Index(set, chosen, pk) => {
+                run_indexed(self, prepared, &set, &chosen, pk.as_ref(), from.as_deref(), page)
+            }
+            Plan::Partition(pk) => {
+                let prefix = partition::encode_prefix(&pk);
+                match from {
+                    // A continued unordered scan seeks to the cursor's item.
+                    Some(start) => {
+                        let scan = self.ks.range(start..);
+                        let within = keyed(scan).take_while(move |r| {
+                            r.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix))
+                        });
+                        prepared.run(within, page)
+                    }
+                    None => prepared.run(keyed(self.ks.prefix(prefix)), page),
+                }
+            }
+            Plan::Scan => {
+                let scan = match from {
+                    Some(start) => self.ks.range(start..),
+                    None => self.ks.iter(),
+                };
+                prepared.run(keyed(scan), page)
+            }
+        }
+    }
+
+    fn pk_segments(&self) -> Vec<String> {
+        self.props
+            .partition_key_path
+            .split('/')
+            .skip(1)
+            .map(|s| s.replace("~1", "/").replace("~0", "~"))
+            .collect()
+    }
+
+    /// The partition a query's WHERE pins with `c.<partition key path> = value`, if any.
+    fn pinned_partition(&self, q: &Prepared<'_>) -> Option<PartitionKey> {
+        let path = self.pk_segments();
+        let value = q.required_value(&path)?;
+        // Build an item holding `value` at the path and extract its key: one definition of
+        // how a value maps to a partition.
+        let mut item = value;
+        for seg in path.iter().rev() {
+            let mut m = Map::new();
+            m.insert(seg.clone(), item);
+            item = Value::Object(m);
+        }
+        partition::extract(&item, &self.props.partition_key_path).ok()
+    }
+}
+
+/// Runs `q` over the items the index probe names (within partition `pk` and from `from` when
+/// given), read through the key directory with a scan's semantics; the whole WHERE runs on
+/// each. An exact `COUNT` reads only the items whose index entry might be stale.
+fn run_indexed(
+    c: &Container,
+    q: Prepared<'_>,
+    set: &IndexSet,
+    chosen: &Chosen,
+    pk: Option<&PartitionKey>,
+    from: Option<&[u8]>,
+    page: &PageSpec,
+) -> Result<(Vec<Value>, Option<Cursor>)> {
+    let prefix = pk.map(partition::encode_prefix);
+    let keep = |k: &[u8]| {
+        prefix.as_ref().is_none_or(|p| k.starts_with(p)) && from.is_none_or(|f| k >= f)
+    };
+    if chosen.exact && q.is_filtered_count() && page.after.is_none() {
+        let (n, mut picked, unsure) = set.count(&c.ks, chosen.path, &chosen.probe, keep);
+        picked.set_keys(unsure);
+        let (rest, _) = q.run(keyed(picked), page)?;
+        let more = rest.first().and_then(Value::as_u64).unwrap_or(0);
+        let total = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(more);
+        return Ok((vec![Value::from(total)], None));
+    }
+    let (mut picked, keys) = set.candidates(&c.ks, chosen.path, &chosen.probe, keep);
+    picked.set_keys(keys);
+    q.run(keyed(picked), page)
+}

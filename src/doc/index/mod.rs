@@ -1,0 +1,610 @@
+//! Secondary indexes: ordered in-memory indexes of the paths a container's
+//! `indexingPolicy.includedPaths` names (DESIGN.md §"Secondary indexes").
+//!
+//! - `policy.rs`: the Cosmos path strings and which of them are indexed.
+//! - `encode.rs`: the order-preserving encoding of indexed values.
+//! - this file: [`IndexSet`] (one per container: per path a `BTreeMap` from encoded value to
+//!   the item keys holding it, each with a version count, and per item key the versions whose
+//!   entries it holds), the [`Registry`]
+//!   of a database's index sets, and the write and query protocols.
+//!
+//! The index is derived state: never persisted, built from the key directory when a container
+//! is first opened in the process, kept in step by the document layer's writes.
+//!
+//! Invariants (the consistency argument is DESIGN.md's):
+//! 1. Entries are added *before* a write is applied (in the write's check or plan, under the
+//!    engine's log mutex, so versions get ids in the order the key directory applies them) and
+//!    an older version's entries are removed only *after* a newer write is applied. So at any
+//!    instant the index holds an entry for every version that is, or may yet become, visible.
+//! 2. A query takes its candidates and registers its reader (its scan start and `now`) under
+//!    one hold of the index lock, then reads the candidates through the key directory and runs
+//!    the whole WHERE on what it read. An index entry therefore never decides a row by itself:
+//!    superfluous entries cost a read, never a wrong row.
+//! 3. Memory follows the key directory: a superseded version goes when its successor is
+//!    applied, a version with no indexed value is not kept, and keys the key directory no
+//!    longer holds (expired and reaped) are swept when the index has doubled since the last
+//!    sweep and at [`Database::maintain`](crate::Database::maintain).
+//! 4. A write whose outcome is unknown (an error after its entries were staged) marks the set
+//!    broken; queries then scan until it is rebuilt (at the next open of the container).
+
+pub(crate) mod encode;
+pub(crate) mod policy;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use serde_json::Value;
+use smallvec::SmallVec;
+
+use crate::engine::{Keyspace, Picked};
+use crate::error::Result;
+
+/// What a query asks of one indexed path.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Probe {
+    /// Equal to one of these scalars (`=`, `IN`).
+    Values(Vec<Value>),
+    /// Within these inclusive bounds, in the type of the bound(s) (`<`, `<=`, `>`, `>=`,
+    /// `BETWEEN`).
+    Range {
+        lo: Option<Value>,
+        hi: Option<Value>,
+    },
+    /// A string starting with this (`STARTSWITH`, case-sensitive).
+    Prefix(String),
+}
+
+type Ranges = Vec<(Bound<Vec<u8>>, Bound<Vec<u8>>)>;
+
+/// The first and one-past-the-last tag of the type class `t` belongs to (booleans are one
+/// class: `false < true` compare).
+fn type_class(t: u8) -> (u8, u8) {
+    match t {
+        encode::FALSE | encode::TRUE => (encode::FALSE, encode::TRUE + 1),
+        t => (t, t + 1),
+    }
+}
+
+impl Probe {
+    /// The encoded key ranges of the probe (supersets: every matching value lies inside).
+    fn ranges(&self) -> Ranges {
+        let enc = |v: &Value| {
+            let mut b = Vec::new();
+            encode::encode(v, &mut b).then_some(b)
+        };
+        let prefix_range = |p: Vec<u8>| {
+            let end = encode::prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
+            (Bound::Included(p), end)
+        };
+        match self {
+            Probe::Values(vs) => vs.iter().filter_map(enc).map(prefix_range).collect(),
+            Probe::Prefix(p) => {
+                let mut b = vec![encode::STRING];
+                encode::encode_str_body(p, &mut b);
+                vec![prefix_range(b)]
+            }
+            Probe::Range { lo, hi } => {
+                let lo_tag = lo.as_ref().and_then(encode::tag);
+                let hi_tag = hi.as_ref().and_then(encode::tag);
+                let class = match (lo_tag, hi_tag) {
+                    (Some(t), _) | (None, Some(t)) => type_class(t),
+                    (None, None) => return Vec::new(),
+                };
+                let start = match (lo, lo_tag) {
+                    (Some(v), Some(_)) => enc(v).map_or(Bound::Unbounded, Bound::Included),
+                    _ => Bound::Included(vec![class.0]),
+                };
+                let end = match (hi, hi_tag) {
+                    (Some(v), Some(t)) if type_class(t) == class => enc(v)
+                        .and_then(|b| encode::prefix_end(&b))
+                        .map_or(Bound::Unbounded, Bound::Excluded),
+                    _ => Bound::Excluded(vec![class.1]),
+                };
+                vec![(start, end)]
+            }
+        }
+    }
+}
+
+/// One version of an item as the index holds it: the id its write was given, whether that
+/// write is still in flight, and its encoded value per path (`ABSENT` where not indexed).
+#[derive(Debug)]
+struct Version {
+    id: u64,
+    pending: bool,
+    enc: Box<[u8]>,
+}
+
+/// The item keys holding one value at one path, with their version counts.
+type Postings = BTreeMap<Box<[u8]>, u32>;
+
+#[derive(Debug, Default)]
+struct Tables {
+    /// Per path: encoded value → item key → how many versions hold that entry (two levels:
+    /// a search compares values, then item keys, never a long shared prefix twice).
+    trees: Vec<BTreeMap<Box<[u8]>, Postings>>,
+    /// Item key → the versions with entries (oldest first; usually one).
+    by_key: HashMap<Box<[u8]>, SmallVec<[Version; 1]>>,
+    /// The next version id (0 is the build's).
+    next: u64,
+    /// Sweep when `by_key` grows past this.
+    sweep_at: usize,
+}
+
+/// The secondary indexes of one container.
+#[derive(Debug)]
+pub(crate) struct IndexSet {
+    paths: Vec<Vec<String>>,
+    /// Built and not broken: queries may use it.
+    ready: AtomicBool,
+    /// A write's outcome was unknown: rebuild before use.
+    broken: AtomicBool,
+    t: RwLock<Tables>,
+}
+
+const MIN_SWEEP: usize = 4096;
+
+/// The value at `path` in `doc`, if any.
+fn at_path<'v>(doc: &'v Value, path: &[String]) -> Option<&'v Value> {
+    path.iter().try_fold(doc, |v, seg| v.get(seg))
+}
+
+/// The values of an encoded version, one slice per path.
+fn split(enc: &[u8], n: usize) -> SmallVec<[&[u8]; 4]> {
+    let mut out = SmallVec::new();
+    let mut rest = enc;
+    for _ in 0..n {
+        let len = encode::encoded_len(rest).unwrap_or(rest.len());
+        let (v, r) = rest.split_at(len.min(rest.len()));
+        out.push(v);
+        rest = r;
+    }
+    out
+}
+
+impl IndexSet {
+    fn new(paths: Vec<Vec<String>>) -> Self {
+        let trees = paths.iter().map(|_| BTreeMap::new()).collect();
+        Self {
+            paths,
+            ready: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
+            t: RwLock::new(Tables {
+                trees,
+                next: 1,
+                sweep_at: MIN_SWEEP,
+                ..Tables::default()
+            }),
+        }
+    }
+
+    /// The indexed paths (property names from the item's root).
+    pub(crate) fn paths(&self) -> &[Vec<String>] {
+        &self.paths
+    }
+
+    /// True when queries may use the set.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.broken.load(Ordering::Acquire)
+    }
+
+    fn encode_doc(&self, doc: Option<&Value>) -> Box<[u8]> {
+        let mut out = Vec::with_capacity(16 * self.paths.len());
+        for p in &self.paths {
+            let found = doc.and_then(|d| at_path(d, p));
+            if !found.is_some_and(|v| encode::encode(v, &mut out)) {
+                out.push(encode::ABSENT);
+            }
+        }
+        out.into_boxed_slice()
+    }
+
+    fn add_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
+        for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
+            if v.first().is_some_and(|&b| b != encode::ABSENT) {
+                let postings = match tree.get_mut(v) {
+                    Some(p) => p,
+                    None => tree.entry(v.into()).or_default(),
+                };
+                match postings.get_mut(key) {
+                    Some(n) => *n += 1,
+                    None => {
+                        postings.insert(key.into(), 1);
+                    }
+                }
+            }
+        }
+    }
+
+    fn remove_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
+        for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
+            if v.first().is_some_and(|&b| b != encode::ABSENT) {
+                let Some(postings) = tree.get_mut(v) else {
+                    continue;
+                };
+                if let Some(n) = postings.get_mut(key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        postings.remove(key);
+                    }
+                }
+                if postings.is_empty() {
+                    tree.remove(v);
+                }
+            }
+        }
+    }
+
+    fn all_absent(enc: &[u8]) -> bool {
+        enc.iter().all(|&b| b == encode::ABSENT)
+    }
+
+    /// Stages the version a write is about to apply (`None`: a delete). Called under the
+    /// engine's log mutex, before the write is appended.
+    fn stage(&self, key: &[u8], doc: Option<&Value>) -> u64 {
+        let enc = self.encode_doc(doc);
+        let mut t = self.t.write();
+        let id = t.next;
+        t.next += 1;
+        self.add_entries(&mut t, key, &enc);
+        let v = Version {
+            id,
+            pending: true,
+            enc,
+        };
+        match t.by_key.get_mut(key) {
+            Some(list) => list.push(v),
+            None => {
+                t.by_key.insert(key.into(), smallvec::smallvec![v]);
+            }
+        }
+        id
+    }
+
+    /// After the writes of `staged` were applied: each key's older versions go, its new
+    /// version is settled (and dropped if it holds no entry, once the set is built).
+    fn settle(&self, staged: &[(Vec<u8>, u64)], ks: &Keyspace) {
+        let mut t = self.t.write();
+        let built = self.ready.load(Ordering::Acquire);
+        let t = &mut *t;
+        for (key, id) in staged {
+            let Some(list) = t.by_key.get_mut(key.as_slice()) else {
+                continue;
+            };
+            // The usual case, in place: the key's one version is this write's.
+            if let [v] = list.as_mut_slice() {
+                if v.id == *id && !(built && Self::all_absent(&v.enc)) {
+                    v.pending = false;
+                    continue;
+                }
+            }
+            let mut old: SmallVec<[Version; 1]> = SmallVec::new();
+            let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
+            for v in list.drain(..) {
+                if v.id < *id {
+                    old.push(v);
+                } else if v.id == *id {
+                    if !(built && Self::all_absent(&v.enc)) {
+                        keep.push(Version {
+                            pending: false,
+                            ..v
+                        });
+                    }
+                } else {
+                    keep.push(v);
+                }
+            }
+            if keep.is_empty() {
+                t.by_key.remove(key.as_slice());
+            } else {
+                *list = keep;
+            }
+            for v in old {
+                self.remove_entries(t, key, &v.enc);
+            }
+        }
+        if built && t.by_key.len() > t.sweep_at {
+            self.sweep_locked(t, ks);
+        }
+    }
+
+    /// Drops the settled versions of keys the key directory no longer holds (expired and
+    /// reaped, or removed behind the document layer's back).
+    fn sweep_locked(&self, t: &mut Tables, ks: &Keyspace) {
+        let keys: Vec<Box<[u8]>> = t.by_key.keys().cloned().collect();
+        for chunk in keys.chunks(1024) {
+            let gone: Vec<&Box<[u8]>> = {
+                let st = ks.core().state.read();
+                chunk
+                    .iter()
+                    .filter(|k| !st.map.contains_key(k.as_ref()))
+                    .collect()
+            };
+            for k in gone {
+                let Some(list) = t.by_key.remove(k.as_ref()) else {
+                    continue;
+                };
+                let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
+                for v in list {
+                    if v.pending {
+                        keep.push(v);
+                    } else {
+                        self.remove_entries(t, k, &v.enc);
+                    }
+                }
+                if !keep.is_empty() {
+                    t.by_key.insert(k.clone(), keep);
+                }
+            }
+        }
+        t.sweep_at = (t.by_key.len() * 2).max(MIN_SWEEP);
+    }
+
+    /// Sweeps now (see [`IndexSet::settle`]).
+    fn sweep(&self, ks: &Keyspace) {
+        let mut t = self.t.write();
+        self.sweep_locked(&mut t, ks);
+    }
+
+    /// The build: every live item of the keyspace, read after the set was registered (so
+    /// every later write stages its own version). A key some write already staged is skipped:
+    /// that write's version is at least as new as what the scan read.
+    fn build(&self, ks: &Keyspace) -> Result<()> {
+        let mut batch: Vec<(Vec<u8>, Box<[u8]>)> = Vec::new();
+        let flush = |batch: &mut Vec<(Vec<u8>, Box<[u8]>)>| {
+            let mut t = self.t.write();
+            for (key, enc) in batch.drain(..) {
+                if Self::all_absent(&enc) || t.by_key.contains_key(key.as_slice()) {
+                    continue;
+                }
+                self.add_entries(&mut t, &key, &enc);
+                t.by_key.entry(key.into()).or_default().push(Version {
+                    id: 0,
+                    pending: false,
+                    enc,
+                });
+            }
+        };
+        for kv in ks.iter() {
+            let (key, bytes) = kv?;
+            let doc: Value = match super::stored::parse(&bytes) {
+                Ok(v) => v,
+                Err(_) => Value::Null,
+            };
+            batch.push((key, self.encode_doc(Some(&doc))));
+            if batch.len() >= 1024 {
+                flush(&mut batch);
+            }
+        }
+        flush(&mut batch);
+        // Writes during the build kept their entry-less versions (so the build could tell
+        // the key was written); they go now.
+        let mut t = self.t.write();
+        t.by_key.retain(|_, list| {
+            list.retain(|v| v.pending || !Self::all_absent(&v.enc));
+            !list.is_empty()
+        });
+        t.sweep_at = (t.by_key.len() * 2).max(MIN_SWEEP);
+        self.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The candidate keys of `probe` on path `path` that `keep` accepts, sorted and distinct,
+    /// and a reader registered under the same hold of the lock (invariant 2).
+    pub(crate) fn candidates(
+        &self,
+        ks: &Keyspace,
+        path: usize,
+        probe: &Probe,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> (Picked, Vec<Vec<u8>>) {
+        let ranges = probe.ranges();
+        let t = self.t.read();
+        let picked = ks.picked();
+        let mut keys = Vec::new();
+        if let Some(tree) = t.trees.get(path) {
+            for (lo, hi) in &ranges {
+                let bounds = (
+                    lo.as_ref().map(Vec::as_slice),
+                    hi.as_ref().map(Vec::as_slice),
+                );
+                if empty_range(&bounds) {
+                    continue;
+                }
+                for (_, postings) in tree.range::<[u8], _>(bounds) {
+                    keys.extend(postings.keys().filter(|k| keep(k)).map(|k| k.to_vec()));
+                }
+            }
+        }
+        drop(t);
+        keys.sort_unstable();
+        keys.dedup();
+        (picked, keys)
+    }
+
+    /// `COUNT` of the live items whose value at `path` satisfies `probe` exactly, without
+    /// reading an item where the index is known to hold the item's current version (one
+    /// settled version); the others are returned with a registered reader, to be read and
+    /// filtered by the caller.
+    pub(crate) fn count(
+        &self,
+        ks: &Keyspace,
+        path: usize,
+        probe: &Probe,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> (usize, Picked, Vec<Vec<u8>>) {
+        let ranges = probe.ranges();
+        let t = self.t.read();
+        let picked = ks.picked();
+        let now = picked.now();
+        let mut n = 0usize;
+        let mut unsure = Vec::new();
+        if let Some(tree) = t.trees.get(path) {
+            // The key directory under one read lock: a consistent cut (writes are held at the
+            // index lock meanwhile, and none is in flight for a key with one settled version).
+            let st = ks.core().state.read();
+            for (lo, hi) in &ranges {
+                let bounds = (
+                    lo.as_ref().map(Vec::as_slice),
+                    hi.as_ref().map(Vec::as_slice),
+                );
+                if empty_range(&bounds) {
+                    continue;
+                }
+                for key in tree.range::<[u8], _>(bounds).flat_map(|(_, p)| p.keys()) {
+                    let key: &[u8] = key;
+                    if !keep(key) {
+                        continue;
+                    }
+                    match t.by_key.get(key).map(SmallVec::as_slice) {
+                        Some([v]) if !v.pending => {
+                            if st.live(key, now).is_some() {
+                                n += 1;
+                            }
+                        }
+                        _ => unsure.push(key.to_vec()),
+                    }
+                }
+            }
+        }
+        drop(t);
+        unsure.sort_unstable();
+        unsure.dedup();
+        (n, picked, unsure)
+    }
+
+    /// Entries held (all paths) and item keys tracked, for tests and the design note.
+    pub(crate) fn size(&self) -> (usize, usize) {
+        let t = self.t.read();
+        let entries = t.trees.iter().flat_map(BTreeMap::values).map(BTreeMap::len).sum();
+        (entries, t.by_key.len())
+    }
+}
+
+/// True for bounds `BTreeMap::range` would panic on (start after end).
+fn empty_range(b: &(Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+    match b {
+        (Bound::Included(a), Bound::Included(z)) => a > z,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(z))
+        | (Bound::Excluded(a), Bound::Included(z)) => a >= z,
+        _ => false,
+    }
+}
+
+/// The index sets of a database's containers, by keyspace id.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    sets: Mutex<HashMap<u32, (Keyspace, Arc<IndexSet>)>>,
+    /// Serialises builds (one container's build at a time).
+    building: Mutex<()>,
+}
+
+impl Registry {
+    /// The container's index set, if it has one.
+    pub(crate) fn get(&self, ks: &Keyspace) -> Option<Arc<IndexSet>> {
+        self.sets.lock().get(&ks.core().id).map(|(_, s)| Arc::clone(s))
+    }
+
+    /// Makes the container's index set index exactly `paths`, building it if it is new,
+    /// changed or broken. The set is registered under the engine's log mutex (an empty
+    /// planned write), so every write applied after it stages into it, and every write
+    /// applied before it is seen by the build's scan.
+    pub(crate) fn ensure(&self, ks: &Keyspace, paths: Vec<Vec<String>>) -> Result<()> {
+        let id = ks.core().id;
+        let current = self.get(ks);
+        let fine = |s: &Option<Arc<IndexSet>>| match s {
+            Some(s) => s.paths == paths && !s.broken.load(Ordering::Acquire),
+            None => paths.is_empty(),
+        };
+        if fine(&current) {
+            return Ok(());
+        }
+        let _building = self.building.lock();
+        if fine(&self.get(ks)) {
+            return Ok(());
+        }
+        if paths.is_empty() {
+            self.sets.lock().remove(&id);
+            return Ok(());
+        }
+        let set = Arc::new(IndexSet::new(paths));
+        let registered = ks.write_planned(|_| {
+            self.sets.lock().insert(id, (ks.clone(), Arc::clone(&set)));
+            Ok(Vec::new())
+        });
+        if registered.is_err() {
+            // A store that refuses writes: nothing can change, queries scan.
+            self.sets.lock().remove(&id);
+            return Ok(());
+        }
+        if let Err(e) = set.build(ks) {
+            self.sets.lock().remove(&id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Forgets a deleted container's set.
+    pub(crate) fn remove(&self, ks_id: u32) {
+        self.sets.lock().remove(&ks_id);
+    }
+
+    /// Sweeps every set (after expiry ran).
+    pub(crate) fn sweep_all(&self) {
+        let sets: Vec<(Keyspace, Arc<IndexSet>)> = self.sets.lock().values().cloned().collect();
+        for (ks, set) in sets {
+            set.sweep(&ks);
+        }
+    }
+
+    /// A stage for one write (or batch) of keyspace `ks`.
+    pub(crate) fn stage<'r>(&'r self, ks: &'r Keyspace) -> Stage<'r> {
+        Stage {
+            registry: self,
+            ks,
+            set: None,
+            staged: Vec::new(),
+        }
+    }
+}
+
+/// The index side of one write: [`Stage::put`]/[`Stage::delete`] under the engine's log
+/// mutex (in the write's check or plan), then [`Stage::finish`] with the write's result.
+pub(crate) struct Stage<'r> {
+    registry: &'r Registry,
+    ks: &'r Keyspace,
+    set: Option<Arc<IndexSet>>,
+    staged: Vec<(Vec<u8>, u64)>,
+}
+
+impl Stage<'_> {
+    /// Stages the new version of `key` (`None`: deleted). Must run under the log mutex.
+    pub(crate) fn put(&mut self, key: &[u8], doc: Option<&Value>) {
+        if self.set.is_none() {
+            match self.registry.get(self.ks) {
+                Some(s) => self.set = Some(s),
+                None => return,
+            }
+        }
+        if let Some(set) = &self.set {
+            let id = set.stage(key, doc);
+            self.staged.push((key.to_vec(), id));
+        }
+    }
+
+    /// Settles the staged versions after the write returned `result`: applied on success;
+    /// on an error the outcome is unknown and the set is marked broken (invariant 4).
+    pub(crate) fn finish<T>(self, result: &Result<T>) {
+        let Some(set) = self.set else { return };
+        if self.staged.is_empty() {
+            return;
+        }
+        if result.is_err() {
+            set.broken.store(true, Ordering::Release);
+        }
+        set.settle(&self.staged, self.ks);
+    }
+}

@@ -1,0 +1,368 @@
+//! Secondary indexes (`indexingPolicy.includedPaths`): the policy's JSON shape and its 400s,
+//! the index kept in step with every kind of write, expiry (never a row through an index after
+//! its deadline; entries go when the item is reaped), memory that follows the live set, the
+//! rebuild at open, and batches that readers see whole or not at all through the index.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ebbdb::{
+    Container, ContainerProperties, Database, DefaultTtl, PatchOp, Query, TransactionalBatch,
+};
+use serde_json::{json, Value};
+
+fn open(dir: &std::path::Path, clock: &ebbdb::clock::ManualClock) -> Database {
+    Database::open_with(dir, common::opts(clock)).expect("open")
+}
+
+fn indexed(db: &Database) -> Container {
+    indexed_with_history(db, false)
+}
+
+/// With `history`, the container also keeps an all-versions change feed: its writes take the
+/// stamped path (the write's instant under the log mutex, history in the same log batch).
+fn indexed_with_history(db: &Database, history: bool) -> Container {
+    let props = ContainerProperties::new("c", "/pk")
+        .with_default_ttl(DefaultTtl::NeverExpire)
+        .with_included_paths(["/status/?", "/n/?", "/o/k/?"]);
+    let props = if history {
+        props.with_change_feed_retention_minutes(60)
+    } else {
+        props
+    };
+    db.create_container(props).expect("container")
+}
+
+fn ids(c: &Container, text: &str) -> Vec<String> {
+    let mut out: Vec<String> = c
+        .query::<Value>(&Query::new(text))
+        .and_then(|rows| rows.collect::<ebbdb::Result<Vec<Value>>>())
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+        .into_iter()
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+        .collect();
+    out.sort();
+    out
+}
+
+fn count(c: &Container, text: &str) -> u64 {
+    c.query::<Value>(&Query::new(text))
+        .and_then(|mut rows| rows.next().unwrap_or(Ok(Value::Null)))
+        .ok()
+        .and_then(|v| v.as_u64())
+        .unwrap_or_else(|| panic!("{text}: no count"))
+}
+
+#[test]
+fn the_policy_round_trips_in_the_cosmos_shape() {
+    let body = json!({"id": "c", "partitionKey": {"paths": ["/pk"]},
+        "indexingPolicy": {"indexingMode": "consistent", "automatic": true,
+            "includedPaths": [{"path": "/status/?"}, {"path": "/\"a b\"/*", "indexes": []}],
+            "excludedPaths": [{"path": "/*"}]}});
+    let p = ContainerProperties::from_json_value(&body).expect("parse");
+    assert_eq!(p.included_paths, vec!["/status/?", "/\"a b\"/*"]);
+    assert_eq!(p.excluded_paths, vec!["/*"]);
+    let back = p.to_json_value();
+    assert_eq!(
+        back["indexingPolicy"],
+        json!({"indexingMode": "consistent",
+            "includedPaths": [{"path": "/status/?"}, {"path": "/\"a b\"/*"}],
+            "excludedPaths": [{"path": "/*"}]})
+    );
+    assert_eq!(
+        ContainerProperties::from_json_value(&back).ok(),
+        Some(p.clone())
+    );
+    // The catalogue keeps it across a reopen.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = common::clock();
+    {
+        let db = open(dir.path(), &clock);
+        db.create_container(p.clone()).expect("create");
+    }
+    let db = open(dir.path(), &clock);
+    let c = db.container("c").expect("open");
+    assert_eq!(c.properties().included_paths, p.included_paths);
+    assert_eq!(
+        c.query_plan(&Query::new("SELECT * FROM c WHERE c.status = 'x'"))
+            .ok()
+            .as_deref(),
+        Some("index /status")
+    );
+}
+
+#[test]
+fn malformed_policies_are_400s() {
+    let with = |policy: Value| json!({"id": "c", "partitionKey": {"paths": ["/pk"]}, "indexingPolicy": policy});
+    for policy in [
+        json!({"includedPaths": "/status/?"}),
+        json!({"includedPaths": [{"path": 3}]}),
+        json!({"includedPaths": ["/status/?"]}),
+        json!({"includedPaths": [{}]}),
+        json!({"includedPaths": [{"path": "status/?"}]}),
+        json!({"includedPaths": [{"path": "/status"}]}),
+        json!({"includedPaths": [{"path": "/a//b/?"}]}),
+        json!({"includedPaths": [{"path": "/a b/?"}]}),
+        json!({"excludedPaths": [{"path": "/x"}]}),
+        json!({"excludedPaths": {}}),
+    ] {
+        let e = ContainerProperties::from_json_value(&with(policy.clone()))
+            .expect_err(&policy.to_string());
+        assert_eq!(e.status_code(), 400, "{policy}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path(), &common::clock());
+    let bad = ContainerProperties::new("c", "/pk").with_included_paths(["/status"]);
+    assert_eq!(
+        db.create_container(bad)
+            .map(|_| ())
+            .expect_err("refused")
+            .status_code(),
+        400
+    );
+    let many = ContainerProperties::new("c", "/pk")
+        .with_included_paths((0..17).map(|i| format!("/p{i}/?")));
+    assert_eq!(
+        db.create_container(many)
+            .map(|_| ())
+            .expect_err("refused")
+            .status_code(),
+        400
+    );
+}
+
+#[test]
+fn every_kind_of_write_keeps_the_index_in_step() {
+    writes_keep_the_index_in_step(false);
+}
+
+#[test]
+fn every_kind_of_write_keeps_the_index_in_step_with_a_change_feed_retention() {
+    writes_keep_the_index_in_step(true);
+}
+
+fn writes_keep_the_index_in_step(history: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path(), &common::clock());
+    let c = indexed_with_history(&db, history);
+    let q = "SELECT VALUE c.id FROM c WHERE c.status = 'open'";
+    assert_eq!(
+        c.query_plan(&Query::new(q)).ok().as_deref(),
+        Some("index /status")
+    );
+    c.create_item(&json!({"id": "1", "pk": "a", "status": "open"}))
+        .expect("create");
+    c.upsert_item(&json!({"id": "2", "pk": "a", "status": "open"}))
+        .expect("upsert");
+    c.upsert_item(&json!({"id": "3", "pk": "b", "status": "closed"}))
+        .expect("upsert");
+    assert_eq!(ids(&c, q), ["1", "2"]);
+    // Replace moves an item out of the value; upsert back in; delete; patch.
+    c.replace_item("a", "1", &json!({"id": "1", "pk": "a", "status": "closed"}))
+        .expect("replace");
+    assert_eq!(ids(&c, q), ["2"]);
+    c.upsert_item(&json!({"id": "3", "pk": "b", "status": "open"}))
+        .expect("upsert");
+    assert_eq!(ids(&c, q), ["2", "3"]);
+    c.delete_item("a", "2").expect("delete");
+    assert_eq!(ids(&c, q), ["3"]);
+    c.patch_item("a", "1", &[PatchOp::set("/status", "open")])
+        .expect("patch");
+    assert_eq!(ids(&c, q), ["1", "3"]);
+    c.patch_item("b", "3", &[PatchOp::remove("/status")])
+        .expect("patch");
+    assert_eq!(ids(&c, q), ["1"]);
+    // A transactional batch, and a bulk create.
+    let mut batch = TransactionalBatch::new("a");
+    batch
+        .create_item(&json!({"id": "4", "pk": "a", "status": "open"}))
+        .patch_item("1", &[PatchOp::set("/status", "done")])
+        .upsert_item(&json!({"id": "5", "pk": "a", "status": "new"}))
+        .patch_item("5", &[PatchOp::set("/status", "open")]);
+    assert!(c.execute_batch(&batch).expect("batch").is_success());
+    assert_eq!(ids(&c, q), ["4", "5"]);
+    // A failed batch changes nothing, in the index either.
+    let mut failing = TransactionalBatch::new("a");
+    failing
+        .upsert_item(&json!({"id": "6", "pk": "a", "status": "open"}))
+        .create_item(&json!({"id": "4", "pk": "a", "status": "open"}));
+    assert!(!c.execute_batch(&failing).expect("batch").is_success());
+    assert_eq!(ids(&c, q), ["4", "5"]);
+    let bulk = c.create_items(&[
+        json!({"id": "7", "pk": "c", "status": "open", "n": 7}),
+        json!({"id": "8", "pk": "c", "status": "open", "n": 8.0}),
+    ]);
+    assert!(matches!(bulk, Ok(ebbdb::BulkCreate::Created(2))));
+    assert_eq!(ids(&c, q), ["4", "5", "7", "8"]);
+    assert_eq!(
+        count(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.status = 'open'"),
+        4
+    );
+    assert_eq!(ids(&c, "SELECT VALUE c.id FROM c WHERE c.n = 8"), ["8"]);
+    // Only the live versions hold entries: status of 1 (done), 4, 5, 7, 8 (open) and n of
+    // 7 and 8; item 3 has no indexed value left, so it is not tracked (no stale entries).
+    let (entries, keys) = c.index_size().expect("an index");
+    assert_eq!((entries, keys), (5 + 2, 5));
+}
+
+#[test]
+fn expired_items_never_come_through_the_index_and_their_entries_go_when_reaped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = common::clock();
+    let db = open(dir.path(), &clock);
+    let c = indexed(&db);
+    for i in 0..100 {
+        let ttl = if i % 2 == 0 { 10 } else { -1 };
+        c.create_item(
+            &json!({"id": format!("{i:03}"), "pk": "a", "status": "open", "n": i, "ttl": ttl}),
+        )
+        .expect("create");
+    }
+    let q = "SELECT VALUE COUNT(1) FROM c WHERE c.status = 'open'";
+    assert_eq!(count(&c, q), 100);
+    clock.advance(Duration::from_secs(9));
+    assert_eq!(count(&c, q), 100);
+    clock.advance(Duration::from_secs(1));
+    // At the deadline: gone from the indexed count, the indexed rows and ranges at once.
+    assert_eq!(count(&c, q), 50);
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.status = 'open'").len(),
+        50
+    );
+    assert_eq!(count(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.n < 10"), 5);
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.n FROM c WHERE c.n BETWEEN 0 AND 3"),
+        ["1", "3"]
+    );
+    assert_eq!(c.index_size().map(|s| s.1), Some(100));
+    db.maintain().expect("expiry");
+    // Reaped: the index follows the live set.
+    assert_eq!(c.index_size(), Some((100, 50)));
+    assert_eq!(count(&c, q), 50);
+}
+
+#[test]
+fn overwriting_one_item_does_not_grow_the_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path(), &common::clock());
+    let c = indexed(&db);
+    for i in 0..2000 {
+        c.upsert_item(&json!({"id": "x", "pk": "a", "status": format!("s{}", i % 7), "n": i, "o": {"k": i % 3}}))
+            .expect("upsert");
+    }
+    assert_eq!(c.index_size(), Some((3, 1)));
+    c.delete_item("a", "x").expect("delete");
+    assert_eq!(c.index_size(), Some((0, 0)));
+}
+
+#[test]
+fn the_index_is_rebuilt_at_open_and_when_the_policy_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = common::clock();
+    {
+        let db = open(dir.path(), &clock);
+        let c = indexed(&db);
+        for i in 0..300 {
+            c.create_item(&json!({"id": format!("{i}"), "pk": format!("p{}", i % 7), "status": if i % 3 == 0 { "open" } else { "closed" }, "n": i, "ttl": if i % 10 == 0 { 5 } else { -1 }}))
+                .expect("create");
+        }
+        c.delete_item("p0", "0").expect("delete");
+    }
+    clock.advance(Duration::from_secs(5));
+    let db = open(dir.path(), &clock);
+    let c = db.container("c").expect("open");
+    let q = "SELECT VALUE COUNT(1) FROM c WHERE c.status = 'open'";
+    assert_eq!(
+        c.query_plan(&Query::new(q)).ok().as_deref(),
+        Some("index /status")
+    );
+    // 100 open, less the deleted "0" and the expired multiples of 30 (30, 60, …, 270).
+    assert_eq!(count(&c, q), 100 - 1 - 9);
+    // A new policy: the new path is built, the old one dropped.
+    let c = db
+        .replace_container(c.properties().with_included_paths(["/pk/?"]))
+        .expect("replace");
+    let by_pk = Query::new("SELECT VALUE COUNT(1) FROM c WHERE c.pk IN ('p1', 'p2')");
+    assert_eq!(c.query_plan(&by_pk).ok().as_deref(), Some("index /pk"));
+    let scanned: u64 = (1..300)
+        .filter(|i| i % 7 == 1 || i % 7 == 2)
+        .filter(|i| i % 10 != 0)
+        .count() as u64;
+    assert_eq!(
+        count(
+            &c,
+            "SELECT VALUE COUNT(1) FROM c WHERE c.pk IN ('p1', 'p2')"
+        ),
+        scanned
+    );
+    let plain = c.properties();
+    let none = ContainerProperties::new("c", "/pk").with_default_ttl(plain.default_ttl);
+    let c = db.replace_container(none).expect("replace");
+    assert_eq!(c.index_size(), None);
+    assert_eq!(c.query_plan(&Query::new(q)).ok().as_deref(), Some("scan"));
+}
+
+/// A writer moves a token between items with transactional batches (one item leaves
+/// `status = 'hot'`, another enters it, in one batch) while readers count and list the hot
+/// items through the index: they must always see exactly one.
+#[test]
+fn readers_see_a_batch_whole_or_not_at_all_through_the_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path(), &common::clock());
+    let c = indexed(&db);
+    for i in 0..50 {
+        let status = if i == 0 { "hot" } else { "cold" };
+        c.create_item(&json!({"id": format!("{i}"), "pk": "a", "status": status, "n": i}))
+            .expect("create");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let c = c.clone();
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut hot = 0;
+            let mut moves = 0u32;
+            while !stop.load(Ordering::Relaxed) || moves < 200 {
+                let next = (hot * 7 + 3) % 50;
+                if next == hot {
+                    hot = (hot + 1) % 50;
+                    continue;
+                }
+                let mut b = TransactionalBatch::new("a");
+                b.patch_item(&format!("{hot}"), &[PatchOp::set("/status", "cold")])
+                    .patch_item(&format!("{next}"), &[PatchOp::set("/status", "hot")]);
+                assert!(c.execute_batch(&b).expect("batch").is_success());
+                hot = next;
+                moves += 1;
+                if moves > 5000 {
+                    break;
+                }
+            }
+        })
+    };
+    let mut checks = 0;
+    while checks < 300 {
+        assert_eq!(
+            count(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.status = 'hot'"),
+            1
+        );
+        assert_eq!(
+            ids(&c, "SELECT VALUE c.id FROM c WHERE c.status = 'hot'").len(),
+            1
+        );
+        assert_eq!(
+            ids(
+                &c,
+                "SELECT VALUE c.id FROM c WHERE c.status IN ('hot', 'cold')"
+            )
+            .len(),
+            50
+        );
+        checks += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+}
