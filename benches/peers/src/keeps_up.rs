@@ -59,7 +59,7 @@ pub fn mechanism(kind: Kind) -> &'static str {
     match kind {
         Kind::Ebbdb => "keyspace `DefaultTtl::Seconds(10)`, `SystemClock`, background worker only (no `compact()` call); reads: ebbdb's own expiry check",
         Kind::Redb => "expiry stamp in the value + expiry index table written in the same transaction + sweeper thread (every 100 ms, deletes expired keys in transactions of ≤ 1,000); reads check the stamp",
-        Kind::Fjall => "FIFO compaction with a 10 s TTL (`compaction::Fifo::new(u64::MAX, Some(10))`): drops whole segments created more than 10 s ago — fjall 2.x has no compaction filter, this is its closest mechanism; reads check the stamp",
+        Kind::Fjall => "compaction filter (`Database::builder(..).with_compaction_filter_factories`) removing every value whose expiry stamp passed, default leveled compaction; reads check the stamp",
         Kind::Sled => "skipped",
         #[cfg(feature = "rocksdb")]
         Kind::Rocksdb => "`DB::open_with_ttl` (10 s): RocksDB's TTL compaction filter, same options as above otherwise; reads are RocksDB's raw answer (it returns expired entries until a compaction drops them)",
@@ -80,7 +80,7 @@ pub fn open(kind: Kind, dir: &Path) -> Res<Box<dyn Engine>> {
             },
         )?,
         Kind::Redb => Box::new(crate::engines::RedbTtl::open(dir)?),
-        Kind::Fjall => Box::new(crate::peers::Fjall::open_fifo_ttl(dir, TTL_SECS)?),
+        Kind::Fjall => Box::new(crate::peers::Fjall::open_filter_ttl(dir)?),
         Kind::Sled => return Err("sled is not run in keeps_up".into()),
         #[cfg(feature = "rocksdb")]
         Kind::Rocksdb => Box::new(crate::peers::Rocks::open_with_ttl(dir, TTL_SECS)?),
