@@ -111,6 +111,10 @@ pub trait Engine: Send + Sync {
     fn ttl_tick(&self) -> Res<bool> {
         Ok(false)
     }
+    /// The engine's own exact count of live keys, where it has one (ebbdb's `Keyspace::len`).
+    fn live_count(&self) -> Res<Option<u64>> {
+        Ok(None)
+    }
     /// Engine-specific counters worth reporting after the TTL churn.
     fn note(&self) -> Option<String> {
         None
@@ -198,6 +202,9 @@ impl Engine for Ebb {
     fn ttl_tick(&self) -> Res<bool> {
         // Native TTL; upkeep is the background worker's alone (issue 17: no `compact()` here).
         Ok(true)
+    }
+    fn live_count(&self) -> Res<Option<u64>> {
+        Ok(Some(self.ks.len()? as u64))
     }
     fn note(&self) -> Option<String> {
         let s = self.store.stats();

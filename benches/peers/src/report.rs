@@ -580,7 +580,7 @@ pub fn write_keeps_up(docs: &Path, run: &Run) -> Res<()> {
     text_row(
         &mut o,
         run,
-        "live count ÷ truly live keys at the end: what the application sees (engine's raw scan)",
+        "live count ÷ truly live keys at the end: what the application sees (engine's raw answer); ebbdb `Keyspace::len()`, the others a full scan",
         |m| {
             let t = num(m, "true_live")?.max(1.0);
             Some(format!(
