@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ebbdb::clock::ManualClock;
+use redb::ReadableDatabase;
 
 /// Block/page cache for every engine that has one: redb's and sled's default, given to fjall
 /// (default 32 MiB; its docs recommend 20-25% of RAM) and RocksDB (default 32 MiB; its tuning
@@ -55,9 +56,9 @@ impl Kind {
     /// Version and configuration, for the report.
     pub fn describe(self) -> &'static str {
         match self {
-            Kind::Ebbdb => "ebbdb (this repo): `Options::default()`; relaxed = `SyncPolicy::Never`, durable = `SyncPolicy::Always` (group commit); batches = `WriteBatch`; TTL = keyspace `DefaultTtl::Seconds`, `ManualClock`, `compact()` (reap + policy) at every tick",
-            Kind::Redb => "redb 2.6.4: `Database::create`, default cache (1 GiB); batch = one write transaction committed with the default `Immediate` durability (an fsync per 1,000-op batch: `Durability::None` commits never free pages, and a quick fill with them left a 307 MiB file for 11 MiB of data); single relaxed writes = `Durability::None` with every 64th commit `Immediate`; durable = `Immediate` per write; TTL = expiry in the value + periodic full-scan sweep",
-            Kind::Fjall => "fjall 2.11.2: `Config::new(dir).cache_size(1 GiB)`, default partition options (lz4); relaxed = journal in OS buffers; durable = `persist(PersistMode::SyncAll)` after each write; batch = `Keyspace::batch`; TTL = expiry in the value + periodic full-scan sweep (fjall 2.x has no compaction filter)",
+            Kind::Ebbdb => "ebbdb (this repo): `Options::default()`; relaxed = `SyncPolicy::Never`, durable = `SyncPolicy::Always` (group commit); batches = `WriteBatch`; TTL = keyspace `DefaultTtl::Seconds`, `ManualClock`, background worker only (no `compact()` call)",
+            Kind::Redb => "redb 4.6.0: `Database::create`, default cache (1 GiB); batch = one write transaction; relaxed = `Durability::None` commits (since redb 3 they free pages too) with every 64th `Immediate`, so the non-durable state held in memory stays bounded; durable = `Immediate` per write; TTL = expiry in the value + periodic full-scan sweep",
+            Kind::Fjall => "fjall 3.1.13: `Database::builder(dir).cache_size(1 GiB)`, default keyspace options (leveled compaction, lz4); relaxed = journal in OS buffers (`batch()` default `PersistMode::Buffer`); durable = `persist(PersistMode::SyncAll)` after each write; batch = `Database::batch`; TTL = compaction filter (`with_compaction_filter_factories`) removing values whose embedded expiry passed on the simulated clock, reads check the stamp",
             Kind::Sled => "sled 0.34.7: `Config::new().path(dir).open()` defaults (1 GiB cache, background flush every 500 ms); durable = `flush()` after each write; batch = `apply_batch`; TTL = expiry in the value + periodic full-scan sweep",
             #[cfg(feature = "rocksdb")]
             Kind::Rocksdb => "RocksDB 7.8.3 (Debian librocksdb-dev) via rocksdb 0.20.1: bindings generated from the system headers, nothing compiled from source; defaults + `increase_parallelism(2)`, 1 GiB LRU block cache, 10-bit Bloom filter, dynamic level bytes; relaxed = WAL without sync; durable = `WriteOptions::set_sync(true)`; batch = `WriteBatch`; TTL = compaction filter dropping values whose embedded expiry passed on the simulated clock",
@@ -110,6 +111,10 @@ pub trait Engine: Send + Sync {
     fn ttl_tick(&self) -> Res<bool> {
         Ok(false)
     }
+    /// The engine's own exact count of live keys, where it has one (ebbdb's `Keyspace::len`).
+    fn live_count(&self) -> Res<Option<u64>> {
+        Ok(None)
+    }
     /// Engine-specific counters worth reporting after the TTL churn.
     fn note(&self) -> Option<String> {
         None
@@ -140,7 +145,6 @@ pub fn expiry_of(value: &[u8]) -> u64 {
 struct Ebb {
     store: ebbdb::Store,
     ks: ebbdb::Keyspace,
-    ttl: bool,
 }
 
 impl Ebb {
@@ -158,11 +162,7 @@ impl Ebb {
             .ttl_secs
             .map_or(ebbdb::DefaultTtl::Off, ebbdb::DefaultTtl::Seconds);
         let ks = store.keyspace_or_create("bench", default)?;
-        Ok(Ebb {
-            store,
-            ks,
-            ttl: o.ttl_secs.is_some(),
-        })
+        Ok(Ebb { store, ks })
     }
 }
 
@@ -200,10 +200,11 @@ impl Engine for Ebb {
         Ok(self.store.sync()?)
     }
     fn ttl_tick(&self) -> Res<bool> {
-        if self.ttl {
-            self.store.compact()?;
-        }
+        // Native TTL; upkeep is the background worker's alone (issue 17: no `compact()` here).
         Ok(true)
+    }
+    fn live_count(&self) -> Res<Option<u64>> {
+        Ok(Some(self.ks.len()? as u64))
     }
     fn note(&self) -> Option<String> {
         let s = self.store.stats();
@@ -232,22 +233,19 @@ impl Redb {
             durable: o.durability == Durability::Fsync,
             commits: AtomicU64::new(0),
         };
-        me.write(true, |_| Ok(()))?;
+        me.write(|_| Ok(()))?;
         Ok(me)
     }
 
-    /// One write transaction. Batches commit with the default `Immediate` durability (one
-    /// fsync per batch; it is also what frees pages). Single writes in relaxed mode commit with
-    /// `Durability::None`, and every 64th with `Immediate` so freed pages get reused.
-    fn write(
-        &self,
-        batch: bool,
-        f: impl FnOnce(&mut redb::Table<&[u8], &[u8]>) -> Res<()>,
-    ) -> Res<()> {
+    /// One write transaction. Durable mode: the default `Immediate` (an fsync per commit).
+    /// Relaxed mode, batches and single writes alike: `Durability::None` (since redb 3 these
+    /// commits free pages too), every 64th commit `Immediate` so what the non-durable commits
+    /// hold in memory stays bounded.
+    fn write(&self, f: impl FnOnce(&mut redb::Table<&[u8], &[u8]>) -> Res<()>) -> Res<()> {
         let mut tx = self.db.begin_write()?;
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
-        if !self.durable && !batch && n % 64 != 63 {
-            tx.set_durability(redb::Durability::None);
+        if !self.durable && n % 64 != 63 {
+            tx.set_durability(redb::Durability::None)?;
         }
         {
             let mut t = tx.open_table(REDB_TABLE)?;
@@ -260,13 +258,13 @@ impl Redb {
 
 impl Engine for Redb {
     fn put(&self, key: &[u8], value: &[u8]) -> Res<()> {
-        self.write(false, |t| {
+        self.write(|t| {
             t.insert(key, value)?;
             Ok(())
         })
     }
     fn put_batch(&self, items: &[(&[u8], &[u8])]) -> Res<()> {
-        self.write(true, |t| {
+        self.write(|t| {
             for (k, v) in items {
                 t.insert(*k, *v)?;
             }
@@ -279,7 +277,7 @@ impl Engine for Redb {
         Ok(t.get(key)?.map(|g| g.value().to_vec()))
     }
     fn delete_batch(&self, keys: &[Vec<u8>]) -> Res<()> {
-        self.write(true, |t| {
+        self.write(|t| {
             for k in keys {
                 t.remove(k.as_slice())?;
             }
@@ -316,7 +314,7 @@ const SWEEP_BATCH: usize = 1000;
 /// redb with TTL done the way an application would: every value carries its expiry, an index
 /// table (expiry, key) is written in the same transaction, and a sweeper thread deletes expired
 /// keys in transactions of up to 1,000, waking every 100 ms. No fsync per write: commits use
-/// `Durability::None`, every 64th commit (writer's or sweeper's) `Immediate`, which is what lets
+/// `Durability::None`, every 64th commit (writer's or sweeper's) `Immediate`, which keeps what
 /// redb reuse the pages earlier commits freed.
 pub struct RedbTtl {
     shared: std::sync::Arc<RedbShared>,
@@ -334,7 +332,7 @@ impl RedbShared {
     fn begin(&self) -> Res<redb::WriteTransaction> {
         let mut tx = self.db.begin_write()?;
         if self.commits.fetch_add(1, Ordering::Relaxed) % 64 != 63 {
-            tx.set_durability(redb::Durability::None);
+            tx.set_durability(redb::Durability::None)?;
         }
         Ok(tx)
     }

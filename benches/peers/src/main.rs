@@ -45,7 +45,20 @@ pub struct Config {
 
 impl Config {
     fn new(quick: bool) -> Self {
-        if quick {
+        if std::env::var_os("PEERS_SMOKE").is_some() {
+            // A smoke test of every workload (seconds, not minutes): numbers mean nothing.
+            Config {
+                quick: true,
+                n: 10_000,
+                durable_1: 100,
+                durable_4: 200,
+                ttl: ttl::Params {
+                    churn_ticks: 250,
+                    drain_ticks: 110,
+                    ..ttl::Params::new(5_000)
+                },
+            }
+        } else if quick {
             Config {
                 quick,
                 n: 100_000,

@@ -2,49 +2,113 @@
 
 use std::path::Path;
 
-#[cfg(feature = "rocksdb")]
-use ebbdb::clock::Clock;
+use ebbdb::clock::{Clock, ManualClock};
 
-#[cfg(feature = "rocksdb")]
-use crate::engines::expiry_of;
-use crate::engines::{Durability, Engine, OpenOpts, Res, CACHE_BYTES};
+use crate::engines::{expiry_of, Durability, Engine, OpenOpts, Res, CACHE_BYTES};
 
 // ---------------------------------------------------------------------------------------------
 
+/// Where fjall's expiry filter reads "now" (Unix seconds): the real clock in `keeps_up`, the
+/// simulated clock in the TTL churn.
+#[derive(Clone)]
+pub enum Now {
+    System,
+    Manual(ManualClock),
+}
+
+impl Now {
+    fn secs(&self) -> u64 {
+        match self {
+            Now::System => crate::keeps_up::now_secs(),
+            Now::Manual(c) => c.now_unix_millis() / 1000,
+        }
+    }
+}
+
+/// fjall 3's TTL mechanism: a compaction filter removing every value whose expiry stamp (the
+/// first 8 bytes, [`expiry_of`]) has passed. One filter per compaction, made by the factory.
+struct ExpiryFactory(Now);
+
+/// The filter of one compaction: "now" fixed when it started.
+struct ExpiryFilter(u64);
+
+impl fjall::compaction::filter::Factory for ExpiryFactory {
+    fn name(&self) -> &str {
+        "expiry-stamp"
+    }
+    fn make_filter(
+        &self,
+        _ctx: &fjall::compaction::filter::Context,
+    ) -> Box<dyn fjall::compaction::filter::CompactionFilter> {
+        // One "now" per compaction: an entry expiring during it is dropped by the next one.
+        Box::new(ExpiryFilter(self.0.secs()))
+    }
+}
+
+impl fjall::compaction::filter::CompactionFilter for ExpiryFilter {
+    fn filter_item(
+        &mut self,
+        item: fjall::compaction::filter::ItemAccessor<'_>,
+        _ctx: &fjall::compaction::filter::Context,
+    ) -> fjall::compaction::filter::CompactionFilterResult {
+        Ok(if expiry_of(&item.value()?) <= self.0 {
+            fjall::compaction::filter::Verdict::Remove
+        } else {
+            fjall::compaction::filter::Verdict::Keep
+        })
+    }
+}
+
 pub struct Fjall {
+    db: fjall::Database,
     ks: fjall::Keyspace,
-    part: fjall::PartitionHandle,
     durable: bool,
+    /// Reads drop values whose stamp has passed (the TTL churn's "reads check the stamp").
+    stamp_check: Option<Now>,
 }
 
 impl Fjall {
+    /// `Database::builder(dir).cache_size(1 GiB)`, default keyspace options (leveled
+    /// compaction, lz4); with a TTL, the expiry-stamp compaction filter reading `now`.
+    fn open_with(dir: &Path, durable: bool, ttl: Option<Now>) -> Res<Self> {
+        let mut b = fjall::Database::builder(dir).cache_size(CACHE_BYTES);
+        if let Some(now) = &ttl {
+            let factory: std::sync::Arc<dyn fjall::compaction::filter::Factory> =
+                std::sync::Arc::new(ExpiryFactory(now.clone()));
+            b = b.with_compaction_filter_factories(std::sync::Arc::new(move |name: &str| {
+                (name == "bench").then(|| factory.clone())
+            }));
+        }
+        let db = b.open()?;
+        let ks = db.keyspace("bench", fjall::KeyspaceCreateOptions::default)?;
+        Ok(Fjall {
+            db,
+            ks,
+            durable,
+            stamp_check: None,
+        })
+    }
+
     pub fn open(dir: &Path, o: &OpenOpts) -> Res<Self> {
-        let ks = fjall::Config::new(dir).cache_size(CACHE_BYTES).open()?;
-        let part = ks.open_partition("bench", fjall::PartitionCreateOptions::default())?;
-        Ok(Fjall {
-            ks,
-            part,
-            durable: o.durability == Durability::Fsync,
-        })
+        let ttl = match (&o.clock, o.ttl_secs) {
+            (Some(c), Some(_)) => Some(Now::Manual(c.clone())),
+            _ => None,
+        };
+        let mut me = Self::open_with(dir, o.durability == Durability::Fsync, ttl.clone())?;
+        me.stamp_check = ttl;
+        Ok(me)
     }
-    /// The `keeps_up` setup: fjall 2.x has no compaction filter; its TTL mechanism is FIFO
-    /// compaction with a TTL, which drops whole segments (disk tables) created more than
-    /// `ttl_secs` ago, checked whenever a flush triggers compaction. No size limit.
-    pub fn open_fifo_ttl(dir: &Path, ttl_secs: u64) -> Res<Self> {
-        let ks = fjall::Config::new(dir).cache_size(CACHE_BYTES).open()?;
-        let fifo = fjall::compaction::Fifo::new(u64::MAX, Some(ttl_secs));
-        let opts = fjall::PartitionCreateOptions::default()
-            .compaction_strategy(fjall::compaction::Strategy::Fifo(fifo));
-        let part = ks.open_partition("bench", opts)?;
-        Ok(Fjall {
-            ks,
-            part,
-            durable: false,
-        })
+
+    /// The `keeps_up` setup: the expiry-stamp compaction filter on the real clock. Reads here
+    /// are fjall's raw answer; the harness counts a returned expired value as one the
+    /// application's stamp check would drop.
+    pub fn open_filter_ttl(dir: &Path) -> Res<Self> {
+        Self::open_with(dir, false, Some(Now::System))
     }
+
     fn after_write(&self) -> Res<()> {
         if self.durable {
-            self.ks.persist(fjall::PersistMode::SyncAll)?;
+            self.db.persist(fjall::PersistMode::SyncAll)?;
         }
         Ok(())
     }
@@ -52,39 +116,49 @@ impl Fjall {
 
 impl Engine for Fjall {
     fn put(&self, key: &[u8], value: &[u8]) -> Res<()> {
-        self.part.insert(key, value)?;
+        self.ks.insert(key, value)?;
         self.after_write()
     }
     fn put_batch(&self, items: &[(&[u8], &[u8])]) -> Res<()> {
-        let mut b = self.ks.batch();
+        let mut b = self.db.batch();
         for (k, v) in items {
-            b.insert(&self.part, *k, *v);
+            b.insert(&self.ks, *k, *v);
         }
         b.commit()?;
         self.after_write()
     }
     fn get(&self, key: &[u8]) -> Res<Option<Vec<u8>>> {
-        Ok(self.part.get(key)?.map(|v| v.to_vec()))
+        let v = self.ks.get(key)?;
+        if let (Some(now), Some(v)) = (&self.stamp_check, &v) {
+            if expiry_of(v) <= now.secs() {
+                return Ok(None);
+            }
+        }
+        Ok(v.map(|v| v.to_vec()))
     }
     fn delete_batch(&self, keys: &[Vec<u8>]) -> Res<()> {
-        let mut b = self.ks.batch();
+        let mut b = self.db.batch();
         for k in keys {
-            b.remove(&self.part, k.as_slice());
+            b.remove(&self.ks, k.as_slice());
         }
         b.commit()?;
         self.after_write()
     }
     fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<u64> {
         let mut n = 0;
-        for item in self.part.iter() {
-            let (k, v) = item?;
+        for item in self.ks.iter() {
+            let (k, v) = item.into_inner()?;
             f(&k, &v);
             n += 1;
         }
         Ok(n)
     }
     fn sync(&self) -> Res<()> {
-        Ok(self.ks.persist(fjall::PersistMode::SyncAll)?)
+        Ok(self.db.persist(fjall::PersistMode::SyncAll)?)
+    }
+    fn ttl_tick(&self) -> Res<bool> {
+        // The compaction filter is passive: it drops expired values when fjall compacts.
+        Ok(self.stamp_check.is_some())
     }
 }
 

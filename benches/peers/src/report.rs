@@ -41,7 +41,7 @@ Other notes:
 - Warm reads run right after the fill, while the LSM engines (fjall, RocksDB) may still be
   compacting in the background; that is one reason their reads after reopen can be faster.
 - Durable fill: each put returns after its own sync call. Counted with `strace -c` on the quick
-  durable phase (1,000 writes from 1 thread then 2,000 from 4): ebbdb 1 `fdatasync` per write
+  durable phase, with redb 2 and fjall 2 (not re-counted since the upgrade) (1,000 writes from 1 thread then 2,000 from 4): ebbdb 1 `fdatasync` per write
   from one thread and shared ones under concurrency (group commit: 1,694 for 3,000 writes);
   redb one `fdatasync` per commit (3,008); fjall one `fsync` per `persist` (3,014); RocksDB
   1,821 `fdatasync` (its WAL group commit shares some); sled's `flush()` calls
@@ -337,7 +337,7 @@ pub fn write(docs: &Path, run: &Run) -> Res<()> {
 
     let _ = write!(o, "\n## TTL churn (simulated time)\n\nA live set of {} keys: every {} simulated seconds (one tick) {} fresh keys are written with a TTL of {} s, so the live set turns over once per TTL; {} ticks of writes ({} writes), then {} ticks with writes stopped. Every value carries its expiry in its first 8 bytes for every engine, so a read returning a value past that expiry is counted as stale whatever the engine. {} reads per tick pick uniformly among the keys written in the last two TTLs (about half of them should be expired).\n\n",
         fmt_num(p.live as f64), p.tick_secs(), fmt_num(p.per_tick() as f64), p.ttl_secs, p.churn_ticks, fmt_num((p.churn_ticks * p.per_tick()) as f64), p.drain_ticks, p.reads_per_tick);
-    let _ = write!(o, "TTL mechanisms: ebbdb — keyspace default TTL on a `ManualClock`, `compact()` (reap + compaction policy) at every tick; RocksDB — compaction filter comparing the embedded expiry with the same simulated clock (passive: runs only when RocksDB compacts; `DB::open_with_ttl` uses the wall clock, so it cannot follow simulated time); redb, fjall, sled — full-scan sweep every {} ticks ({} simulated seconds) deleting every key whose expiry passed (fjall 2.x has no compaction filter). Reads are the engine's raw answer: an application that decodes the expiry on every read could hide stale values for the peers, at that cost.\n\n", p.sweep_every, p.sweep_every * p.tick_secs());
+    let _ = write!(o, "TTL mechanisms: ebbdb — keyspace default TTL on a `ManualClock`, background worker only (no `compact()` call: the ticks run faster than real time, so this shows how far the worker's real-time cadence lags simulated time); fjall — compaction filter comparing the embedded expiry with the same simulated clock, reads check the stamp; RocksDB — compaction filter comparing the embedded expiry with the same simulated clock (passive: runs only when RocksDB compacts; `DB::open_with_ttl` uses the wall clock, so it cannot follow simulated time); redb, sled — full-scan sweep every {} ticks ({} simulated seconds) deleting every key whose expiry passed. Reads are the engine's raw answer (fjall's after its stamp check): an application that decodes the expiry on every read could hide stale values for the peers, at that cost.\n\n", p.sweep_every, p.sweep_every * p.tick_secs());
     header(&mut o, run, "measure");
     text_row(&mut o, run, "stale reads (share of all reads)", |m| {
         let (s, r) = (num(m, "ttl_stale")?, num(m, "ttl_reads")?);
@@ -452,6 +452,44 @@ fn keeps_up_section(md: &str) -> Option<&str> {
     Some(&md[a..b])
 }
 
+/// Disk over time, one row per 5 s: each engine's directory size (MiB) and disk ÷ live bytes
+/// at the first sample at or after that second.
+fn keeps_up_over_time(o: &mut String, run: &Run, secs: f64) {
+    let mib = 1.0 / (1024.0 * 1024.0);
+    o.push_str("Disk over time (MiB on disk, and ÷ live bytes in parentheses; the first sample at or after each 5 s mark):\n\n");
+    header(o, run, "s");
+    let mut t = 5.0;
+    while t <= secs + 0.5 {
+        let _ = write!(o, "| {t:.0} |");
+        for k in &run.kinds {
+            let cell = run
+                .results
+                .get(k.name())
+                .and_then(|m| m.get("samples"))
+                .and_then(Value::as_array)
+                .and_then(|v| {
+                    v.iter()
+                        .filter_map(Value::as_array)
+                        .find(|s| {
+                            s.first()
+                                .and_then(Value::as_f64)
+                                .is_some_and(|x| x >= t - 0.5)
+                        })
+                        .and_then(|s| {
+                            let disk = s.get(1)?.as_f64()?;
+                            let live = s.get(2)?.as_f64()?.max(1.0);
+                            Some(format!("{:.0} ({:.2}×)", disk * mib, disk / live))
+                        })
+                })
+                .unwrap_or_else(|| "—".into());
+            let _ = write!(o, " {cell} |");
+        }
+        o.push('\n');
+        t += 5.0;
+    }
+    o.push('\n');
+}
+
 /// Writes (or replaces) the keeps-up section of docs/benchmarks.md and its plot.
 pub fn write_keeps_up(docs: &Path, run: &Run) -> Res<()> {
     use crate::keeps_up::{mechanism, RECORD, TTL_SECS};
@@ -471,7 +509,7 @@ pub fn write_keeps_up(docs: &Path, run: &Run) -> Res<()> {
     let _ = writeln!(o, "{KEEPS_UP_BEGIN}\n");
     let _ = writeln!(o, "## Expiry that keeps up (real clock)\n");
     let _ = writeln!(o, "The workload of the main crate's `benches/keeps_up.rs` (issue 17), run the same way for every engine, each in its own process:\n\n```sh\ncd benches/peers && nice -n 19 cargo run --release -j 1 -- {flag}\n```\n");
-    let _ = writeln!(o, "One writer inserts fresh 16-byte keys (a hash of a counter, then the counter: random order, recomputable) with 100-byte incompressible values and a TTL of {TTL_SECS} s, in batches of 100, as fast as it can for {secs:.0} s, with no fsync per write (ebbdb `SyncPolicy::Never` and `Options::default()` otherwise; RocksDB WAL without sync; fjall journal in OS buffers; redb `Durability::None` commits with every 64th `Immediate`, the only way redb reuses freed pages). The real clock, and nothing but each engine's own background mechanism doing upkeep: no `compact()`, no harness sweep. Every value carries its expiry (Unix seconds) in its first 8 bytes. Every second the writer samples the data directory's bytes (files counted as min(length, allocated)), the live bytes (keys written within the last {TTL_SECS} s × {RECORD} bytes, computed by the harness the same way for every engine), `RssAnon` from /proc/self/status, reads 20 random keys written more than {} s ago (any value returned is expired) and 20 written less than {} s ago (all must be found). Sled is not run.\n", TTL_SECS + 1, TTL_SECS - 1);
+    let _ = writeln!(o, "One writer inserts fresh 16-byte keys (a hash of a counter, then the counter: random order, recomputable) with 100-byte incompressible values and a TTL of {TTL_SECS} s, in batches of 100, as fast as it can for {secs:.0} s, with no fsync per write (ebbdb `SyncPolicy::Never` and `Options::default()` otherwise; RocksDB WAL without sync; fjall journal in OS buffers; redb `Durability::None` commits with every 64th `Immediate`). The real clock, and nothing but each engine's own background mechanism doing upkeep: no `compact()`, no harness sweep. Every value carries its expiry (Unix seconds) in its first 8 bytes. Every second the writer samples the data directory's bytes (files counted as min(length, allocated)), the live bytes (keys written within the last {TTL_SECS} s × {RECORD} bytes, computed by the harness the same way for every engine), `RssAnon` from /proc/self/status, reads 20 random keys written more than {} s ago (any value returned is expired) and 20 written less than {} s ago (all must be found). Sled is not run.\n", TTL_SECS + 1, TTL_SECS - 1);
     let _ = writeln!(o, "ebbdb measured at commit `{}`. Machine: {}; 1-minute load average {} at the start and {} at the end; the whole run took {:.0} s. The machine was shared: another engineer's builds and tests ran on the same 2 cores during the run, and every figure comes from that single run.\n", run.ebbdb_rev, machine(), run.load_start, run.load_end, run.secs);
     o.push_str("TTL mechanisms:\n\n");
     for k in &run.kinds {
@@ -539,7 +577,21 @@ pub fn write_keeps_up(docs: &Path, run: &Run) -> Res<()> {
             fmt_num(num(m, "live_probes")?)
         ))
     });
+    text_row(
+        &mut o,
+        run,
+        "live count ÷ truly live keys at the end: what the application sees (engine's raw answer); ebbdb `Keyspace::len()`, the others a full scan",
+        |m| {
+            let t = num(m, "true_live")?.max(1.0);
+            Some(format!(
+                "{:.3} ({:.3})",
+                num(m, "count_app")? / t,
+                num(m, "count_raw")? / t
+            ))
+        },
+    );
     row(&mut o, run, "peak RssAnon (MiB)", "rss_anon_peak", mib);
+    row(&mut o, run, "peak RSS, VmHWM (MiB)", "rss_peak", mib);
     row(&mut o, run, "batch latency p99 (ms)", "batch_p99_ms", 1.0);
     row(&mut o, run, "batch latency max (ms)", "batch_max_ms", 1.0);
     text_row(
@@ -561,6 +613,7 @@ pub fn write_keeps_up(docs: &Path, run: &Run) -> Res<()> {
     });
     let _ = writeln!(o, "\nIn parentheses: the ratio to ebbdb's figure. Disk ÷ live bytes: every sample from {:.0} s on; the end is the last sample. Stale reads: a value returned to the application for a key whose expiry passed more than 1 s ago. The second row counts what the engine itself still returned; for redb and fjall the read path compares the stamp and drops those, at the cost of carrying the stamp in every value. Peak RssAnon: the largest of the per-second samples and the one at the end, in the engine's child process. Live bytes follow each engine's own write rate: when a writer slows down, its live line drops and disk ÷ live rises until the space is reclaimed. ebbdb's writer slows down periodically, when the keys written a TTL earlier at full speed all come due (DESIGN.md §11), so its live line and its ratio swing with a period of about twice the TTL; the maximum is taken at the trough.\n", secs / 2.0);
     o.push_str("![keeps up: disk over time](peers-keeps-up.svg)\n\n");
+    keeps_up_over_time(&mut o, run, secs);
     let _ = writeln!(o, "Engines in this section: {}.\n", names.join(", "));
     o.push_str(KEEPS_UP_END);
     let path = docs.join("benchmarks.md");

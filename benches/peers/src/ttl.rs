@@ -3,9 +3,9 @@
 //!
 //! Every value carries its expiry (Unix seconds) in its first 8 bytes, for every engine, so the
 //! harness can tell a stale read (a value returned past its expiry) whatever the engine. ebbdb
-//! gets the TTL natively (keyspace default TTL on a `ManualClock`, `compact()` every tick);
-//! RocksDB drops expired values in a compaction filter reading the same simulated clock; redb,
-//! fjall and sled are swept by the harness: a full scan every `sweep_every` ticks deleting
+//! gets the TTL natively (keyspace default TTL on a `ManualClock`, background worker only);
+//! fjall and RocksDB drop expired values in a compaction filter reading the same simulated
+//! clock (fjall's reads also check the stamp); redb and sled are swept by the harness: a full scan every `sweep_every` ticks deleting
 //! every key whose expiry has passed.
 
 use std::path::Path;
