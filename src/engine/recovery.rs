@@ -242,6 +242,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             manifest,
             segstats,
             appended: 0,
+            sync_behind_asked: 0,
         }),
         segments: RwLock::new(set),
         catalog: RwLock::new(catalog),

@@ -517,10 +517,16 @@ impl Inner {
                     self.publish_expirations(&events);
                 }
             }
-            if !matches!(self.opts.sync, SyncPolicy::Always) && log.active.wants_flush() {
-                if let Err(e) = log.active.flush() {
-                    self.poison();
-                    return Err(e.into());
+            if !matches!(self.opts.sync, SyncPolicy::Always) {
+                if log.active.wants_flush() {
+                    if let Err(e) = log.active.flush() {
+                        self.poison();
+                        return Err(e.into());
+                    }
+                }
+                if log.appended - log.sync_behind_asked >= super::SYNC_BEHIND_BYTES {
+                    log.sync_behind_asked = log.appended;
+                    self.send(Message::SyncBehind);
                 }
             }
             (existed, log.appended)

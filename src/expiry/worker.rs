@@ -30,6 +30,8 @@ pub enum Message {
     Compact,
     /// Write the hint file of this freshly sealed segment.
     WriteHint(u32),
+    /// fsync what the writers appended so far (`SYNC_BEHIND_BYTES`), off the write path.
+    SyncBehind,
     /// Stop.
     Shutdown,
 }
@@ -174,6 +176,11 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     }
                     Message::WriteHint(id) => {
                         run(&mut || crate::compaction::write_hint_for(&inner, id));
+                    }
+                    Message::SyncBehind => {
+                        // A failure poisons the store, as any failed fsync does (the pages it
+                        // covered may be lost while marked clean).
+                        run(&mut || inner.sync_behind());
                     }
                 }
                 // The tick's work, when it is due: also while other messages keep arriving.
