@@ -145,6 +145,9 @@ impl Container {
                 return Ok(Vec::new());
             }
             let mut ops = Vec::with_capacity(puts.len());
+            // Staged only once every item is stamped: a later item's 413 writes nothing, and
+            // must leave nothing staged (a failed stage marks the index broken).
+            let mut stamped = Vec::with_capacity(puts.len());
             for (key, bytes, ttl) in &puts {
                 let map: serde_json::Map<String, Value> = crate::doc::stored::parse(bytes)
                     .map_err(|e| Error::BadRequest(e.to_string()))?;
@@ -155,8 +158,11 @@ impl Container {
                     .to_string();
                 let (bytes, own, stored) = super::finish(map, &id, view.now_ms(), limit)?;
                 debug_assert_eq!(own, *ttl);
-                stage.put(key, Some(&stored));
+                stamped.push(stored);
                 ops.push((key.clone(), Some((bytes, own))));
+            }
+            for ((key, _, _), stored) in puts.iter().zip(&stamped) {
+                stage.put(key, Some(stored));
             }
             Ok(ops)
         })?;
