@@ -119,11 +119,6 @@ impl Container {
         }
     }
 
-    /// True while the container keeps history for the all-versions change feed.
-    pub(super) fn keeps_history(&self) -> bool {
-        self.hist.read().is_some()
-    }
-
     /// A planned write of items (`engine/planned.rs`): `plan` runs under the log mutex and
     /// returns the item writes. With a change feed retention, their history is added to the
     /// same log batch (`feed/history.rs`), so a crash keeps both or neither.
@@ -131,7 +126,9 @@ impl Container {
         &self,
         plan: impl FnOnce(&KeyspaceView<'_, '_>) -> Result<Vec<PlannedOp>>,
     ) -> Result<Existed> {
-        let guard = self.hist.read();
+        // Recursive: the single-item writes already hold it (and a waiting writer must not
+        // block this thread's second read).
+        let guard = self.hist.read_recursive();
         match guard.as_ref() {
             None => self.ks.write_planned(plan),
             Some(h) => self.ks.write_planned_pair(&h.ks, |items, hist| {
@@ -253,7 +250,10 @@ impl Container {
                 Ok(())
             }
         };
-        if self.keeps_history() {
+        // Held across the write: retention cannot be turned on or off between this choice and
+        // the write (`replace_container` takes the slot's write lock).
+        let slot = self.hist.read_recursive();
+        if slot.is_some() {
             let stored = self.write_one_stamped(&p.key, Some((&p.stored, &id)), check)?;
             self.db.notify_change();
             return Ok(stored.unwrap_or(p.stored));
@@ -288,7 +288,10 @@ impl Container {
     pub fn upsert_item_with(&self, item: &impl Serialize, opts: &ItemOptions) -> Result<Value> {
         opts.refuse_predicate()?;
         let (p, _, id) = self.prepare(item)?;
-        if self.keeps_history() {
+        // Held across the write: retention cannot be turned on or off between this choice and
+        // the write (`replace_container` takes the slot's write lock).
+        let slot = self.hist.read_recursive();
+        if slot.is_some() {
             let stored = self.write_one_stamped(&p.key, Some((&p.stored, &id)), |cur| {
                 check_etag(&id, cur, opts, false)
             })?;
@@ -351,7 +354,10 @@ impl Container {
                 self.props.partition_key_path
             )));
         }
-        if self.keeps_history() {
+        // Held across the write: retention cannot be turned on or off between this choice and
+        // the write (`replace_container` takes the slot's write lock).
+        let slot = self.hist.read_recursive();
+        if slot.is_some() {
             let stored = self.write_one_stamped(&p.key, Some((&p.stored, id)), |cur| {
                 check_etag(id, cur, opts, true)
             })?;
@@ -411,7 +417,10 @@ impl Container {
     ) -> Result<()> {
         opts.refuse_predicate()?;
         let key = partition::encode_key(&pk.into(), id);
-        if self.keeps_history() {
+        // Held across the write: retention cannot be turned on or off between this choice and
+        // the write (`replace_container` takes the slot's write lock).
+        let slot = self.hist.read_recursive();
+        if slot.is_some() {
             self.write_one_stamped(&key, None, |cur| check_etag(id, cur, opts, true))?;
             self.db.notify_change();
             return Ok(());

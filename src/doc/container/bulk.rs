@@ -99,7 +99,9 @@ impl Container {
         }
         let n = puts.len();
         let mut stage = self.db.indexes().stage(&self.ks);
-        let done = if self.keeps_history() {
+        // Held across the write, as in `create_item`.
+        let slot = self.hist.read_recursive();
+        let done = if slot.is_some() {
             self.create_all_with_history(puts, &mut stage)
         } else {
             let keys: Vec<Vec<u8>> = puts.iter().map(|(k, _, _)| k.clone()).collect();
