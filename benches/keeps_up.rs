@@ -92,6 +92,8 @@ struct Outcome {
     rss_anon: u64,
     stale: u64,
     live_keys: u64,
+    /// Most live keys seen at a sample.
+    peak_live: u64,
 }
 
 fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcome> {
@@ -111,6 +113,7 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
     let mut batch_times = Vec::new();
     // (second, disk bytes, live bytes)
     let mut samples: Vec<(u64, u64, u64)> = Vec::new();
+    let mut peak_live = 0u64;
     let mut stale = 0u64;
     // Key i was written at second written_at[i / 100].
     let mut written_at: Vec<u64> = Vec::new();
@@ -159,6 +162,7 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
             next_sample = elapsed + 1;
             let s = store.stats();
             samples.push((elapsed, dir_bytes(dir.path()), s.live_bytes));
+            peak_live = peak_live.max(s.live_items);
             if std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok() {
                 println!(
                     "    t={elapsed}s live {} expired-unpurged {} timers {} segments {} merges {} expirations {} rss {} MiB",
@@ -215,6 +219,7 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
         rss_anon: status_bytes("RssAnon:"),
         stale,
         live_keys,
+        peak_live,
     })
 }
 
@@ -230,13 +235,15 @@ fn main() -> ebbdb::Result<()> {
     let without = run(false, secs, ttl, mixed)?;
     for (name, o) in [("with TTL", &with), ("without TTL", &without)] {
         println!(
-            "{name:>12}: {:>8.0} writes/s, disk/live 2nd half max {:.2} end {:.2}, batch p99 {:?} max {:?}, RssAnon {:.0} MiB, live keys {}, stale {}",
+            "{name:>12}: {:>8.0} writes/s, disk/live 2nd half max {:.2} end {:.2}, batch p99 {:?} max {:?}, RssAnon {:.0} MiB ({:.0} B per peak live key, {}), live keys {}, stale {}",
             o.writes_per_s,
             o.max_amp,
             o.end_amp,
             o.p99_batch,
             o.slowest_batch,
             o.rss_anon as f64 / 1048576.0,
+            o.rss_anon as f64 / o.peak_live.max(1) as f64,
+            o.peak_live,
             o.live_keys,
             o.stale
         );

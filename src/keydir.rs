@@ -14,7 +14,6 @@ use std::sync::atomic::AtomicBool;
 
 use parking_lot::RwLock;
 
-use crate::expiry::wheel::TimerHandle;
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
 mod census;
@@ -77,10 +76,11 @@ pub struct Entry {
     pub ttl: i32,
     /// Record flags (SHADOWS).
     pub flags: u8,
-    /// The key's one expiry timer, if armed ([`TimerHandle::NONE`] otherwise). A later version
-    /// of the key takes the timer over and moves it (re-armed in place), so the wheel holds at
-    /// most one timer per key, however often the key is rewritten.
-    pub timer: TimerHandle,
+    /// The second of the expiry timer in charge of this key ([`ttl::NEVER`] if none): of the
+    /// key's timers, the one filed under this second acts when it fires, any other is stale.
+    /// A later version whose deadline is not earlier keeps it (it fires early and is
+    /// re-armed), so a key has one timer in charge however often it is rewritten.
+    pub armed: u64,
 }
 
 impl Entry {
@@ -199,7 +199,7 @@ mod tests {
             ts: WriteSecs::saturating(100),
             ttl: 0,
             flags: 0,
-            timer: TimerHandle::NONE,
+            armed: ttl::NEVER,
         };
         st.map.insert(Key::from_slice(b"k"), e);
         assert!(st.live(b"k", 109).is_some());

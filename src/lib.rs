@@ -12,8 +12,8 @@
 //!   ([`TransactionalBatch`]) and a change feed ([`ChangeFeedOptions`]).
 //! - [`Store`] / [`Keyspace`]: the byte key-value engine underneath, with the same TTL rules.
 //!
-//! The storage machinery (segment files, mappings, the key directory, compaction, the timer
-//! wheel) is private: nothing a caller can reach can break an invariant. ebbdb's own tests and
+//! The storage machinery (segment files, mappings, the key directory, compaction, the expiry
+//! timers) is private: nothing a caller can reach can break an invariant. ebbdb's own tests and
 //! fuzz targets turn on the `test-hooks` feature, which exposes fault injection, a power-loss
 //! model and the pure decoders; it is not a stable API and never meant for an application.
 //!

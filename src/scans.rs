@@ -128,7 +128,7 @@ mod tests {
             ts: crate::keydir::WriteSecs::default(),
             ttl: 0,
             flags: 0,
-            timer: crate::expiry::wheel::TimerHandle::NONE,
+            armed: crate::ttl::NEVER,
         }
     }
 

@@ -127,6 +127,10 @@ pub struct Stats {
     /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
     /// deadline, however often keys are rewritten.
     pub timers_armed: usize,
+    /// Expiry timers left behind by deletes and by rewrites with an earlier deadline, not yet
+    /// swept (they are dropped when they fire, or all at once when they outnumber the armed
+    /// ones).
+    pub timers_stale: usize,
     /// The last background job's failure, until a later job succeeds (failing merges are
     /// retried with exponential backoff, from 1 s up to 60 s).
     pub worker_error: Option<String>,
@@ -231,7 +235,11 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     st.oldest_unpurged_expiry = (oldest != ttl::NEVER).then_some(oldest);
     st.expirations = inner.expirations.load(Ordering::Relaxed);
     st.merges = inner.merges.load(Ordering::Relaxed);
-    st.timers_armed = inner.expiry.lock().wheel.len();
+    {
+        let ex = inner.expiry.lock();
+        st.timers_armed = ex.timers.len().saturating_sub(ex.stale);
+        st.timers_stale = ex.stale;
+    }
     st.hints_deferred = inner.hints_deferred.lock().len();
     st.expiry_backlog = inner.reap_backlog.load(Ordering::Relaxed);
     {

@@ -1,6 +1,6 @@
 //! The storage engine: [`Store`] (a database directory) and [`Keyspace`] (a named byte map).
 //!
-//! Lock order, everywhere: `log` → a keyspace's `state` → `segments`. The wheel, the sync state
+//! Lock order, everywhere: `log` → a keyspace's `state` → `segments`. The expiry timers, the sync state
 //! and the subscriber list are leaf locks, never held while taking another. Readers take only a
 //! keyspace's `state` (read) and `segments` (read), so they never wait for an fsync.
 
@@ -26,9 +26,8 @@ pub(crate) use planned::{KeyspaceView, PlannedOp};
 pub(crate) use write::{next_id, Current, Existed};
 
 use crate::error::{Error, IoContext, Result};
-use crate::expiry::wheel::TimerWheel;
 use crate::expiry::worker::{self, Message, WorkerHandle};
-use crate::expiry::{ExpiryEvent, Timer};
+use crate::expiry::ExpiryEvent;
 use crate::keydir::KeyspaceCore;
 use crate::log::active::{ActiveFile, ActiveWriter};
 use crate::log::lock::DirLock;
@@ -126,10 +125,10 @@ pub(crate) struct Inner {
     /// Second handle to `CLOCK`, fsynced without holding `clockfile`.
     clock_sync: std::fs::File,
     pub(crate) expiry: Mutex<ExpiryState>,
-    /// `expiry.due.len()`, readable without the lock (for `stats()`).
+    /// Timers due and not yet taken for handling, readable without the lock (for `stats()`).
     pub(crate) reap_backlog: AtomicU64,
-    /// Every timer with a deadline at or before this second has been taken out of the wheel
-    /// and the backlog (handled, or being handled). Writers compare it with their `now` after
+    /// Every timer with a deadline at or before this second has been taken for handling
+    /// (handled, or being handled). Writers compare it with their `now` after
     /// every write: expiry that lags by more than `ASSIST_LAG_S` seconds gets their help.
     pub(crate) handled_through: AtomicU64,
     pub(crate) subscribers: Mutex<Vec<Sender<ExpiryEvent>>>,
@@ -239,15 +238,21 @@ struct SyncState {
     in_progress: bool,
 }
 
-/// The timer wheel and how far expiry has been processed.
+/// The expiry timers and how far expiry has been processed.
 #[derive(Debug)]
 pub(crate) struct ExpiryState {
-    pub(crate) wheel: TimerWheel<Timer>,
+    /// Pending timers by second. Those due at the latest `now` a reaper used are the reaping
+    /// backlog: the reaper drains it; writers help when it grows (see `Inner::reap_upto`).
+    pub(crate) timers: crate::expiry::timers::Timers,
+    /// Timers in `timers` that are not in charge of their key (their key was deleted,
+    /// disarmed, rewritten with an earlier deadline, or its keyspace dropped): exactly the
+    /// pending timers minus the key-directory entries armed with one. Swept when they
+    /// outnumber the others (`Inner::sweep_stale_timers`).
+    pub(crate) stale: usize,
+    /// The latest `now` a reaper took due timers at.
+    pub(crate) fired_through: u64,
     pub(crate) reaped_upto: u64,
-    /// Timers the wheel has fired that no one has handled yet (the reaping backlog), oldest
-    /// first. The worker drains it; writers help when it grows (see `Inner::reap_upto`).
-    pub(crate) due: std::collections::VecDeque<(u64, Timer)>,
-    /// Timers taken from `due` and being handled right now.
+    /// Timers taken out of `timers` and being handled (or swept) right now.
     pub(crate) in_flight: usize,
     /// The latest `now` of a reaper that handled timers: events may have been published for
     /// deadlines up to it. Above `reaped_upto`, for part of a second (see
@@ -388,7 +393,11 @@ impl Store {
     /// # Errors
     /// I/O errors writing the clock file.
     pub fn maintain(&self) -> Result<usize> {
-        self.inner.reap()
+        let expired = self.inner.reap()?;
+        if self.inner.timers_need_sweep() {
+            self.inner.sweep_stale_timers();
+        }
+        Ok(expired)
     }
 
     /// Runs the compaction policy now (expiry first): merges the segments it selects.

@@ -16,7 +16,6 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use super::clockfile::{ClockFile, DurablePoint};
 use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
 use crate::error::{Error, IoContext, Result};
-use crate::expiry::wheel::{TimerHandle, TimerWheel};
 use crate::expiry::Timer;
 use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
 use crate::format::{hint, SegmentHeader, SEGMENT_HEADER_LEN};
@@ -71,7 +70,7 @@ impl Loader {
             ts: crate::keydir::WriteSecs::saturating(meta.ts()),
             ttl: meta.ttl.to_wire(),
             flags: meta.flags | tombstone,
-            timer: TimerHandle::NONE,
+            armed: ttl::NEVER,
         };
         self.keys
             .entry(meta.keyspace)
@@ -135,7 +134,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let now_ms = clock_now.max(now_floor_s.saturating_mul(1000));
     let now = now_ms / 1000;
     let mut catalog = Catalog::default();
-    let mut wheel = TimerWheel::new(now);
+    let mut timers = crate::expiry::timers::Timers::default();
     let mut dead: Vec<(u32, u64, bool, u64)> = Vec::new();
     for meta in &manifest.keyspaces {
         let mut state = KeyspaceState {
@@ -158,7 +157,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                     return false;
                 }
                 if at != ttl::NEVER {
-                    e.timer = wheel.insert(
+                    e.armed = at;
+                    timers.insert(
                         at,
                         Timer {
                             keyspace: meta.id,
@@ -256,9 +256,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         clock_sync: clockfile.syncer()?,
         clockfile: Mutex::new((clockfile, clock_state)),
         expiry: Mutex::new(ExpiryState {
-            wheel,
+            timers,
+            stale: 0,
+            fired_through: 0,
             reaped_upto: clock_state.reaped_upto,
-            due: std::collections::VecDeque::new(),
             in_flight: 0,
             published_through: 0,
         }),

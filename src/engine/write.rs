@@ -15,7 +15,6 @@ use parking_lot::RwLockWriteGuard;
 use super::read::SegRef;
 use super::{Inner, LogState};
 use crate::error::{Error, IoContext, Result};
-use crate::expiry::wheel::TimerHandle;
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
@@ -312,7 +311,7 @@ impl Inner {
             // batch or none of it.
             let mut guards = lock_keyspaces(ops);
             let mut superseded_expired: Vec<SupersededExpired> = Vec::new();
-            // The timer wheel, locked on first use (a leaf lock: taken after the keyspaces').
+            // The expiry timers, locked on first use (a leaf lock: taken after the keyspaces').
             let mut expiry: Option<parking_lot::MutexGuard<'_, super::ExpiryState>> = None;
             if batch {
                 // Open scans must not see half of this batch either: record before-images
@@ -394,12 +393,13 @@ impl Inner {
                 if live || kind == Kind::Tombstone {
                     added.shadowing += 1;
                 }
-                // The key's one timer: taken over from the version being replaced and moved
-                // to the new deadline, armed if there was none, cancelled if the new version
-                // cannot expire (or the key is deleted).
-                let old_timer = match &slot {
-                    Entry_::Occupied(o) => o.get().timer,
-                    Entry_::Vacant(_) => TimerHandle::NONE,
+                // The key's timer in charge: kept from the version being replaced if it does
+                // not fire later than the new deadline (it fires early and is re-armed), filed
+                // anew otherwise; the old one is stale then, as it is when the new version
+                // cannot expire or the key is deleted.
+                let old_armed = match &slot {
+                    Entry_::Occupied(o) => o.get().armed,
+                    Entry_::Vacant(_) => ttl::NEVER,
                 };
                 let ts = WriteSecs::saturating(meta.ts());
                 let deadline = if kind == Kind::Put {
@@ -409,7 +409,7 @@ impl Inner {
                 };
                 // Expired on arrival: the write's instant was taken before the log mutex, and
                 // while it waited a reaper pass completed past this version's deadline
-                // (`reaped_upto`, under the wheel's lock, which is held from here on). No timer
+                // (`reaped_upto`, under the expiry lock, which is held from here on). No timer
                 // armed now would be reported before that watermark frees the version at the
                 // next open, so the write reports it itself and keeps it out of the key
                 // directory (reads at that instant see it expired anyway).
@@ -426,26 +426,25 @@ impl Inner {
                 }
                 let old = if kind == Kind::Put && !arrived_expired {
                     added.dies_by = added.dies_by.max(deadline);
-                    let timer = if deadline == ttl::NEVER {
-                        if old_timer != TimerHandle::NONE {
-                            expiry
-                                .get_or_insert_with(|| self.expiry.lock())
-                                .wheel
-                                .cancel(old_timer);
-                        }
-                        TimerHandle::NONE
+                    let armed = if deadline != ttl::NEVER && old_armed <= deadline {
+                        old_armed
+                    } else if deadline == ttl::NEVER && old_armed == ttl::NEVER {
+                        ttl::NEVER
                     } else {
                         let ex = expiry.get_or_insert_with(|| self.expiry.lock());
-                        match ex.wheel.reschedule(old_timer, deadline) {
-                            Some(moved) => moved,
-                            None => ex.wheel.insert(
+                        if old_armed != ttl::NEVER {
+                            ex.stale += 1;
+                        }
+                        if deadline != ttl::NEVER {
+                            ex.timers.insert(
                                 deadline,
                                 Timer {
                                     keyspace: op.ks.id,
                                     key: Key::from_slice(&op.key),
                                 },
-                            ),
+                            );
                         }
+                        deadline
                     };
                     let entry = Entry {
                         seq,
@@ -455,7 +454,7 @@ impl Inner {
                         ts,
                         ttl: own.to_wire(),
                         flags,
-                        timer,
+                        armed,
                     };
                     census.add(&entry);
                     match slot {
@@ -467,11 +466,8 @@ impl Inner {
                     }
                 } else {
                     added.dead += len as u64;
-                    if old_timer != TimerHandle::NONE {
-                        expiry
-                            .get_or_insert_with(|| self.expiry.lock())
-                            .wheel
-                            .cancel(old_timer);
+                    if old_armed != ttl::NEVER {
+                        expiry.get_or_insert_with(|| self.expiry.lock()).stale += 1;
                     }
                     match slot {
                         Entry_::Occupied(o) => Some(o.remove()),
@@ -704,7 +700,9 @@ impl Inner {
             if let Some(s) = log.segstats.get_mut(&e.file) {
                 s.dead += u64::from(e.len);
             }
-            ex.wheel.cancel(e.timer);
+            if e.armed != ttl::NEVER {
+                ex.stale += 1;
+            }
         }
         Ok(())
     }
@@ -752,10 +750,10 @@ impl Inner {
         log.manifest = manifest;
         let mut st = ks.state.write();
         let before = std::mem::replace(&mut st.history, history);
-        // Re-time: move the timer of every item whose deadline moved earlier (arming one if it
-        // had none). Timers that now fire early (deadline moved later) are re-armed by the
-        // reaper; timers of items that can no longer expire are dropped when they fire. See
-        // DESIGN.md "Re-timing".
+        // Re-time: file a timer for every item whose deadline moved earlier than its armed
+        // timer (the one it had goes stale). Timers that now fire early (deadline moved later)
+        // are re-armed by the reaper; timers of items that can no longer expire are disarmed
+        // when they fire. See DESIGN.md "Re-timing".
         let st = &mut *st;
         let mut ex = self.expiry.lock();
         for (key, e) in &mut st.map {
@@ -764,17 +762,18 @@ impl Inner {
             }
             let deadline = ttl::expires_at(e.ts.get(), e.own_ttl(), &st.history);
             let earlier = ttl::expires_at(e.ts.get(), e.own_ttl(), &before);
-            if deadline != ttl::NEVER && deadline < earlier {
-                e.timer = match ex.wheel.reschedule(e.timer, deadline) {
-                    Some(moved) => moved,
-                    None => ex.wheel.insert(
-                        deadline,
-                        Timer {
-                            keyspace: ks.id,
-                            key: key.clone(),
-                        },
-                    ),
-                };
+            if deadline != ttl::NEVER && deadline < earlier && deadline < e.armed {
+                if e.armed != ttl::NEVER {
+                    ex.stale += 1;
+                }
+                e.armed = deadline;
+                ex.timers.insert(
+                    deadline,
+                    Timer {
+                        keyspace: ks.id,
+                        key: key.clone(),
+                    },
+                );
             }
         }
         drop(ex);

@@ -1,4 +1,4 @@
-//! Expiry: the timer wheel, the reaper that frees expired entries, and the background worker.
+//! Expiry: the timers, the reaper that frees expired entries, and the background worker.
 //!
 //! Reads never depend on this module: they evaluate expiry themselves. The reaper exists to
 //! free memory, to count expired bytes as dead for compaction, and to publish events. A timer
@@ -7,7 +7,7 @@
 //! and is really due; an early timer (the deadline moved later) is re-armed, a timer for an
 //! entry that can no longer expire is dropped.
 
-hooked_mod!(wheel);
+pub(crate) mod timers;
 pub(crate) mod worker;
 
 use std::collections::btree_map::Entry as BTreeEntry;
@@ -18,10 +18,11 @@ use crate::engine::Inner;
 use crate::error::Result;
 use crate::keydir::KeyspaceState;
 use crate::ttl;
-use wheel::TimerHandle;
 
-/// A scheduled expiry: which key to check. Each key has at most one (its entry holds the
-/// handle); a rewrite of the key moves the timer rather than adding one.
+/// A scheduled expiry: which key to check, filed under its second in [`timers::Timers`]. The
+/// key's entry names the second of the timer in charge (`Entry::armed`); a rewrite whose
+/// deadline is not earlier keeps that timer (it fires early and is re-armed), so a key has one
+/// timer in charge however often it is rewritten.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timer {
     /// Keyspace id.
@@ -42,10 +43,13 @@ pub struct ExpiryEvent {
     pub expired_at: u64,
 }
 
-/// Fired timers of one keyspace processed under one hold of its write lock (and of the wheel):
+/// Fired timers of one keyspace processed under one hold of its write lock:
 /// big enough that a pass over millions of expirations is not dominated by locking, small
 /// enough that a writer waiting for the keyspace waits for at most this many removals.
 const REAP_CHUNK: usize = 1024;
+
+/// Stale timers tolerated before a sweep, however few are in charge.
+const SWEEP_MIN: usize = if cfg!(test) { 16 } else { 65_536 };
 
 /// Fired timers the worker takes from the backlog at a time.
 const REAP_SLICE: usize = 16 * REAP_CHUNK;
@@ -96,34 +100,28 @@ impl Inner {
         }
     }
 
-    /// Moves every timer due at `now` from the wheel into the backlog, then handles up to
-    /// `limit` of the oldest, if more than `min_backlog` are queued. Fired timers are grouped by keyspace (keeping deadline order
-    /// within each) and handled `REAP_CHUNK` at a time, each chunk under one write lock of the
-    /// keyspace and one lock of the wheel; dead bytes are accounted under the log mutex once per
-    /// call. Events are built only when someone subscribed. The second up to which events were
-    /// delivered advances only when the backlog is empty and nothing is in flight.
+    /// Takes up to `limit` of the timers due at `now`, oldest second first, if more than
+    /// `min_backlog` are due, and handles them. Fired timers are grouped by keyspace (keeping
+    /// deadline order within each) and handled `REAP_CHUNK` at a time, each chunk under one
+    /// write lock of the keyspace; dead bytes are accounted under the log mutex once per call.
+    /// Events are built only when someone subscribed. The second up to which events were
+    /// delivered advances only when nothing due is left and nothing is in flight.
     pub(crate) fn reap_upto(&self, limit: usize, min_backlog: usize) -> Result<usize> {
         let now = self.now_s();
-        let taken: Vec<Timer> = {
+        let taken: Vec<(u64, Timer)> = {
             let mut ex = self.expiry.lock();
-            if ex.wheel.now() < now || ex.wheel.next_deadline().is_some_and(|d| d <= now) {
-                let mut fired = Vec::new();
-                ex.wheel.advance(now, &mut fired);
-                ex.due.extend(fired);
-            }
-            let n = if ex.due.len() > min_backlog {
-                limit.min(ex.due.len())
-            } else {
-                0
-            };
-            let taken: Vec<Timer> = ex.due.drain(..n).map(|(_, t)| t).collect();
+            ex.fired_through = ex.fired_through.max(now);
+            let due = ex.timers.due(now);
+            let n = if due > min_backlog { limit.min(due) } else { 0 };
+            let mut taken = Vec::with_capacity(n);
+            ex.timers.take(now, n, &mut taken);
             ex.in_flight += taken.len();
             self.reap_backlog
-                .store(ex.due.len() as u64, Ordering::Relaxed);
-            let through = ex
-                .due
-                .front()
-                .map_or(ex.wheel.now(), |(deadline, _)| deadline.saturating_sub(1));
+                .store((due - taken.len()) as u64, Ordering::Relaxed);
+            let through = match ex.timers.next_deadline() {
+                Some(at) if at <= now => at - 1,
+                _ => now,
+            };
             self.handled_through.fetch_max(through, Ordering::Relaxed);
             taken
         };
@@ -135,12 +133,11 @@ impl Inner {
             if handled > 0 {
                 ex.published_through = ex.published_through.max(now);
             }
-            // Complete only if nothing due at `now` is anywhere: not queued, not being handled
-            // by another reaper, and not re-armed into the wheel by a reaper with an earlier
-            // `now` (it would be reported later, so `reaped_upto` must not pass it).
-            let complete = ex.due.is_empty()
-                && ex.in_flight == 0
-                && ex.wheel.next_deadline().is_none_or(|d| d > now);
+            // Complete only if nothing due at `now` is anywhere: not pending, not being
+            // handled (or swept) by another thread, and not re-armed by a reaper with an
+            // earlier `now` (it would be reported later, so `reaped_upto` must not pass it).
+            let complete =
+                ex.in_flight == 0 && ex.timers.next_deadline().is_none_or(|d| d > now);
             if complete {
                 ex.reaped_upto = ex.reaped_upto.max(now);
             }
@@ -156,23 +153,25 @@ impl Inner {
 
     /// At a clean close (no other thread left): if a pass left stragglers after publishing
     /// events past `reaped_upto` (a write's assist stops at `ASSIST_MIN_BACKLOG`; a bounded
-    /// pass), handles every timer already fired into the backlog, so that `reaped_upto` can
-    /// cover every event already published. Some versions of a second were reported and
-    /// others not, which no watermark can say: without this, the reopened store reported the
-    /// published ones again. The wheel is not advanced, and nothing is done when no event
-    /// past `reaped_upto` was published: timers not handled yet are reported by the next
-    /// session, as before.
+    /// pass), handles every timer due by the latest second a reaper looked at
+    /// (`fired_through`), so that `reaped_upto` can cover every event already published. Some
+    /// versions of a second were reported and others not, which no watermark can say: without
+    /// this, the reopened store reported the published ones again. Nothing later is taken,
+    /// and nothing is done when no event past `reaped_upto` was published: timers not handled
+    /// yet are reported by the next session, as before.
     pub(crate) fn finish_fired_timers(&self) {
         let now = self.now_s();
-        let taken: Vec<Timer> = {
+        let (taken, through) = {
             let mut ex = self.expiry.lock();
             if ex.published_through <= ex.reaped_upto {
                 return;
             }
-            let taken: Vec<Timer> = ex.due.drain(..).map(|(_, t)| t).collect();
+            let through = ex.fired_through.min(now);
+            let mut taken = Vec::new();
+            ex.timers.take(through, usize::MAX, &mut taken);
             ex.in_flight += taken.len();
             self.reap_backlog.store(0, Ordering::Relaxed);
-            taken
+            (taken, through)
         };
         let handled = taken.len();
         let expired = self.handle_fired(now, taken);
@@ -181,12 +180,10 @@ impl Inner {
         let upto = {
             let mut ex = self.expiry.lock();
             ex.in_flight -= handled;
-            // Every timer with a deadline up to the wheel's `now` has fired and been handled:
-            // each item due by then was reported (or re-armed later, which keeps it pending).
-            let through = ex.wheel.now().min(now);
-            let complete = ex.due.is_empty()
-                && ex.in_flight == 0
-                && ex.wheel.next_deadline().is_none_or(|d| d > through);
+            // Every timer with a deadline up to `through` has been handled: each item due by
+            // then was reported (or re-armed later, which keeps it pending).
+            let complete =
+                ex.in_flight == 0 && ex.timers.next_deadline().is_none_or(|d| d > through);
             (complete && through > ex.reaped_upto).then(|| {
                 ex.reaped_upto = through;
                 through
@@ -198,46 +195,51 @@ impl Inner {
     }
 
     /// Handles fired timers: frees the entries that are due, re-arms the ones whose deadline
-    /// moved later, publishes events. Returns how many items expired.
-    fn handle_fired(&self, now: u64, fired: Vec<Timer>) -> usize {
+    /// moved later, drops stale ones, publishes events. Returns how many items expired.
+    fn handle_fired(&self, now: u64, fired: Vec<(u64, Timer)>) -> usize {
         if fired.is_empty() {
             return 0;
         }
         let want_events = self.has_subscribers();
-        let mut by_keyspace: Vec<(u32, Vec<Timer>)> = Vec::new();
-        for timer in fired {
+        let mut by_keyspace: Vec<(u32, Vec<(u64, Timer)>)> = Vec::new();
+        for (at, timer) in fired {
             match by_keyspace.iter_mut().find(|(id, _)| *id == timer.keyspace) {
-                Some((_, list)) => list.push(timer),
-                None => by_keyspace.push((timer.keyspace, vec![timer])),
+                Some((_, list)) => list.push((at, timer)),
+                None => by_keyspace.push((timer.keyspace, vec![(at, timer)])),
             }
         }
         let mut events = Vec::new();
         let mut expired = 0usize;
         // Per file: (dead bytes, items, oldest deadline).
         let mut dead: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+        let mut stale = 0usize;
+        let mut rearm: Vec<(u64, Timer)> = Vec::new();
         for (ks_id, timers) in by_keyspace {
             let Some(core) = self.keyspace_by_id(ks_id) else {
-                continue; // dropped keyspace: its entries are gone already
+                // A dropped keyspace: its entries are gone, its timers were counted stale.
+                stale += timers.len();
+                continue;
             };
             let mut timers = timers.into_iter().peekable();
             while timers.peek().is_some() {
                 let mut st = core.state.write();
-                let mut ex = self.expiry.lock();
                 let KeyspaceState {
                     map,
                     history,
                     census,
                     ..
                 } = &mut *st;
-                for timer in timers.by_ref().take(REAP_CHUNK) {
+                for (fired_at, timer) in timers.by_ref().take(REAP_CHUNK) {
                     // One descent of the map per timer: decide and remove on the same entry.
                     let BTreeEntry::Occupied(mut slot) = map.entry(timer.key.clone()) else {
+                        stale += 1;
                         continue;
                     };
                     let e = *slot.get();
-                    if ex.wheel.contains(e.timer) {
-                        // A write re-armed the key's timer after this one fired: that one is
-                        // in charge.
+                    if e.armed != fired_at {
+                        // Not the timer in charge of this key (the key was rewritten with an
+                        // earlier deadline or disarmed since): stale.
+                        stale += 1;
                         continue;
                     }
                     let at = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
@@ -256,13 +258,29 @@ impl Inner {
                             });
                         }
                     } else if at == ttl::NEVER {
-                        slot.get_mut().timer = TimerHandle::NONE;
+                        slot.get_mut().armed = ttl::NEVER;
                     } else {
                         // Fired early (the deadline moved later): re-arm the same key.
-                        slot.get_mut().timer = ex.wheel.insert(at, timer);
+                        slot.get_mut().armed = at;
+                        rearm.push((at, timer));
                     }
                 }
+                // Re-armed timers go in before the keyspace lock is let go, so a sweep (which
+                // checks entries under that lock) never sees an entry armed at a second whose
+                // timer is not in place yet.
+                if !rearm.is_empty() || stale > 0 {
+                    let mut ex = self.expiry.lock();
+                    for (at, timer) in rearm.drain(..) {
+                        ex.timers.insert(at, timer);
+                    }
+                    ex.stale = ex.stale.saturating_sub(stale);
+                    stale = 0;
+                }
             }
+        }
+        if stale > 0 {
+            let mut ex = self.expiry.lock();
+            ex.stale = ex.stale.saturating_sub(stale);
         }
         if !dead.is_empty() {
             let mut log = self.log.lock();
@@ -275,6 +293,65 @@ impl Inner {
         }
         self.publish_expirations(&events);
         expired
+    }
+
+    /// True when stale timers outnumber the ones in charge (and are worth a pass).
+    pub(crate) fn timers_need_sweep(&self) -> bool {
+        let ex = self.expiry.lock();
+        ex.stale > SWEEP_MIN && ex.stale > ex.timers.len().saturating_sub(ex.stale)
+    }
+
+    /// Drops stale timers (their key is gone, or its entry is armed at another second), one
+    /// second's bucket at a time: the bucket is taken out (counted in flight, so no reaper
+    /// declares its second complete meanwhile), each timer is checked against its key's entry
+    /// under the keyspace's read lock, and the ones in charge are put back. Checking without
+    /// the expiry lock is safe: an entry only becomes armed at a second by a thread that files
+    /// a timer there itself, so a timer judged stale cannot become the one in charge. Returns
+    /// how many were dropped.
+    pub(crate) fn sweep_stale_timers(&self) -> usize {
+        let seconds = {
+            let ex = self.expiry.lock();
+            ex.timers.seconds_after(0)
+        };
+        let mut dropped = 0;
+        for at in seconds {
+            let timers = {
+                let mut ex = self.expiry.lock();
+                let t = ex.timers.take_bucket(at);
+                ex.in_flight += t.len();
+                t
+            };
+            let n = timers.len();
+            let mut keep = Vec::with_capacity(n);
+            let mut by_keyspace: Vec<(u32, Vec<Timer>)> = Vec::new();
+            for timer in timers {
+                match by_keyspace.iter_mut().find(|(id, _)| *id == timer.keyspace) {
+                    Some((_, list)) => list.push(timer),
+                    None => by_keyspace.push((timer.keyspace, vec![timer])),
+                }
+            }
+            for (ks_id, list) in by_keyspace {
+                let Some(core) = self.keyspace_by_id(ks_id) else {
+                    continue;
+                };
+                for part in list.chunks(REAP_CHUNK) {
+                    let st = core.state.read();
+                    keep.extend(
+                        part.iter()
+                            .filter(|t| st.map.get(t.key.as_slice()).is_some_and(|e| e.armed == at))
+                            .cloned(),
+                    );
+                }
+            }
+            let mut ex = self.expiry.lock();
+            dropped += n - keep.len();
+            ex.stale = ex.stale.saturating_sub(n - keep.len());
+            for timer in keep {
+                ex.timers.insert(at, timer);
+            }
+            ex.in_flight -= n;
+        }
+        dropped
     }
 
     /// True when someone subscribed to expiry events (so they are worth building).

@@ -245,7 +245,13 @@ fn spawn_reaper(inner: Arc<Inner>, stopped: Receiver<()>) -> Result<JoinHandle<(
         .spawn(move || {
             let tick = inner.opts.tick_interval;
             loop {
-                let outcome = catch_unwind(AssertUnwindSafe(|| inner.reap().map(|_| ())));
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    inner.reap()?;
+                    if inner.timers_need_sweep() {
+                        inner.sweep_stale_timers();
+                    }
+                    Ok(())
+                }));
                 let ok = matches!(outcome, Ok(Ok(())));
                 if !ok {
                     record(&inner, outcome);

@@ -184,7 +184,6 @@ impl Census {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::expiry::wheel::TimerHandle;
     use crate::keydir::WriteSecs;
     use crate::ttl::DefaultTtl;
 
@@ -197,7 +196,7 @@ mod tests {
             ts: WriteSecs::saturating(ts),
             ttl: own.to_wire(),
             flags: 0,
-            timer: TimerHandle::NONE,
+            armed: crate::ttl::NEVER,
         }
     }
 
