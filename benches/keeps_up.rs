@@ -11,7 +11,7 @@
 //! is comparable) gives the cost of expiry to the foreground.
 //!
 //! Run: `cargo bench --bench keeps_up` (EBBDB_KEEPS_UP_SECS=60, EBBDB_KEEPS_UP_TTL=10,
-//! EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL).
+//! EBBDB_KEEPS_UP_ONLY=ttl|nottl for one of the two runs, EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -83,6 +83,7 @@ fn key(i: u64) -> [u8; 16] {
     k
 }
 
+#[derive(Default)]
 struct Outcome {
     writes_per_s: f64,
     max_amp: f64,
@@ -231,8 +232,18 @@ fn main() -> ebbdb::Result<()> {
     let ttl = env("EBBDB_KEEPS_UP_TTL", 10);
     let mixed = env("EBBDB_KEEPS_UP_MIXED", 0) == 1;
     println!("keeps up: {secs} s, TTL {ttl} s{}, batches of 100, SyncPolicy::Never, real clock, background upkeep only", if mixed { " (mixed)" } else { "" });
-    let with = run(true, secs, ttl, mixed)?;
-    let without = run(false, secs, ttl, mixed)?;
+    // EBBDB_KEEPS_UP_ONLY=ttl or =nottl runs one of the two (both otherwise).
+    let only = std::env::var("EBBDB_KEEPS_UP_ONLY").unwrap_or_default();
+    let with = if only == "nottl" {
+        Outcome::default()
+    } else {
+        run(true, secs, ttl, mixed)?
+    };
+    let without = if only == "ttl" {
+        Outcome::default()
+    } else {
+        run(false, secs, ttl, mixed)?
+    };
     for (name, o) in [("with TTL", &with), ("without TTL", &without)] {
         println!(
             "{name:>12}: {:>8.0} writes/s, disk/live 2nd half max {:.2} end {:.2}, batch p99 {:?} max {:?}, RssAnon {:.0} MiB ({:.0} B per peak live key, {}), live keys {}, stale {}",

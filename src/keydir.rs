@@ -138,15 +138,6 @@ impl KeyspaceState {
     pub fn count(&self, now: u64) -> Count {
         self.census.count(now, &self.history)
     }
-
-    /// Rebuilds the census from `map` (after `map` was built in one go, at open).
-    pub fn recount(&mut self) {
-        let mut census = Census::default();
-        for e in self.map.values() {
-            census.add(e);
-        }
-        self.census = census;
-    }
 }
 
 /// A keyspace: its identity and its state.

@@ -216,6 +216,33 @@ pub fn visit(
     Ok(count)
 }
 
+/// Like [`visit`], but decodes the entries once, handing each out as it is decoded: `count` is
+/// called first with the entry count (checked against the file's size), then `f` per entry. On
+/// an error the caller has seen some of the entries and must discard them all.
+pub fn visit_once(
+    b: &[u8],
+    segment_id: u32,
+    count: impl FnOnce(u64),
+    mut f: impl FnMut(&Meta, &[u8], u32, u32),
+) -> Result<u64, DecodeError> {
+    let (body_end, expected, version) = check(b, segment_id)?;
+    count(expected);
+    let walk = if version == HINT_VERSION {
+        walk_compact
+    } else {
+        walk_fixed
+    };
+    let mut seen = 0u64;
+    walk(b, body_end, &mut |meta, key, offset, len| {
+        seen += 1;
+        f(meta, key, offset, len);
+    })?;
+    if seen != expected {
+        return Err(DecodeError::BadLength);
+    }
+    Ok(expected)
+}
+
 /// Checks header, footer and CRC; returns where the entries end, the entry count and the hint
 /// version.
 fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64, u32), DecodeError> {
