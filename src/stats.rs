@@ -131,6 +131,8 @@ pub struct Stats {
     /// swept (they are dropped when they fire, or all at once when they outnumber the armed
     /// ones).
     pub timers_stale: usize,
+    /// Stale timers dropped by sweeps since open (the others were dropped when they fired).
+    pub timers_swept: u64,
     /// The last background job's failure, until a later job succeeds (failing merges are
     /// retried with exponential backoff, from 1 s up to 60 s).
     pub worker_error: Option<String>,
@@ -239,6 +241,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
         let ex = inner.expiry.lock();
         st.timers_armed = ex.timers.len().saturating_sub(ex.stale);
         st.timers_stale = ex.stale;
+        st.timers_swept = inner.timers_swept.load(Ordering::Relaxed);
     }
     st.hints_deferred = inner.hints_deferred.lock().len();
     st.expiry_backlog = inner.reap_backlog.load(Ordering::Relaxed);

@@ -133,6 +133,8 @@ pub(crate) struct Inner {
     pub(crate) handled_through: AtomicU64,
     pub(crate) subscribers: Mutex<Vec<Sender<ExpiryEvent>>>,
     pub(crate) expirations: AtomicU64,
+    /// Stale timers dropped by sweeps since open.
+    pub(crate) timers_swept: AtomicU64,
     pub(crate) merges: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
     /// Sealed segments whose hint was not written because they were about to die whole

@@ -375,6 +375,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         handled_through: AtomicU64::new(now.saturating_sub(1)),
         subscribers: Mutex::new(Vec::new()),
         expirations: AtomicU64::new(0),
+        timers_swept: AtomicU64::new(0),
         merges: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
         hints_deferred: Mutex::new(hints_deferred),

@@ -685,23 +685,25 @@ impl Inner {
         self.store_manifest_unless_unchanged(&manifest)?;
         log.manifest = manifest;
         core.dropped.store(true, Ordering::Release);
+        // The keyspace's timers are counted stale while its lock is held and before it leaves
+        // the catalogue: a reaper or sweep that finds a key gone, or the keyspace gone, drops
+        // its timer and subtracts it, so the count must already hold it (subtracting first
+        // clamped at zero and left the count too high for good).
+        let map = {
+            let mut st = core.state.write();
+            let armed = st.map.values().filter(|e| e.armed != ttl::NEVER).count();
+            self.expiry.lock().stale += armed;
+            st.census = crate::keydir::Census::default();
+            std::mem::take(&mut st.map)
+        };
         {
             let mut cat = self.catalog.write();
             cat.by_name.remove(name);
             cat.by_id.remove(&core.id);
         }
-        let map = {
-            let mut st = core.state.write();
-            st.census = crate::keydir::Census::default();
-            std::mem::take(&mut st.map)
-        };
-        let mut ex = self.expiry.lock();
         for e in map.values() {
             if let Some(s) = log.segstats.get_mut(&e.file) {
                 s.dead += u64::from(e.len);
-            }
-            if e.armed != ttl::NEVER {
-                ex.stale += 1;
             }
         }
         Ok(())
@@ -755,14 +757,21 @@ impl Inner {
         // are re-armed by the reaper; timers of items that can no longer expire are disarmed
         // when they fire. See DESIGN.md "Re-timing".
         let st = &mut *st;
+        let want_events = self.has_subscribers();
         let mut ex = self.expiry.lock();
+        // Items whose new deadline a completed reaper pass has already passed (`reaped_upto`,
+        // at most this very second): a timer filed there would never be reported before that
+        // watermark frees the item at the next open, so they expire here, with their events.
+        let mut due_now: Vec<(Key, u64)> = Vec::new();
         for (key, e) in &mut st.map {
             if e.own_ttl() == ItemTtl::Never {
                 continue;
             }
             let deadline = ttl::expires_at(e.ts.get(), e.own_ttl(), &st.history);
             let earlier = ttl::expires_at(e.ts.get(), e.own_ttl(), &before);
-            if deadline != ttl::NEVER && deadline < earlier && deadline < e.armed {
+            if deadline != ttl::NEVER && deadline < earlier && deadline <= ex.reaped_upto {
+                due_now.push((key.clone(), deadline));
+            } else if deadline != ttl::NEVER && deadline < earlier && deadline < e.armed {
                 if e.armed != ttl::NEVER {
                     ex.stale += 1;
                 }
@@ -776,9 +785,33 @@ impl Inner {
                 );
             }
         }
+        let mut events = Vec::new();
+        for (key, at) in &due_now {
+            let Some(e) = st.map.remove(key) else {
+                continue;
+            };
+            st.census.remove(&e);
+            if e.armed != ttl::NEVER {
+                ex.stale += 1;
+            }
+            if let Some(s) = log.segstats.get_mut(&e.file) {
+                s.dead += u64::from(e.len);
+                s.note_expired(u64::from(e.len), *at);
+            }
+            if want_events {
+                events.push(crate::expiry::ExpiryEvent {
+                    keyspace: ks.name.clone(),
+                    key: key.to_vec(),
+                    expired_at: *at,
+                });
+            }
+        }
         drop(ex);
         drop(fence);
         drop(log);
+        self.expirations
+            .fetch_add(due_now.len() as u64, Ordering::Relaxed);
+        self.publish_expirations(&events);
         Ok(())
     }
 }

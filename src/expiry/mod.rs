@@ -12,7 +12,7 @@ pub(crate) mod worker;
 
 use std::collections::btree_map::Entry as BTreeEntry;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::engine::Inner;
 use crate::error::Result;
@@ -50,6 +50,23 @@ const REAP_CHUNK: usize = 1024;
 
 /// Stale timers tolerated before a sweep, however few are in charge.
 const SWEEP_MIN: usize = if cfg!(test) { 16 } else { 65_536 };
+
+/// Overrides [`SWEEP_MIN`] (`usize::MAX`: not overridden), so integration tests can make
+/// sweeps happen with a few thousand keys.
+static SWEEP_MIN_OVERRIDE: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Test hook: sweep once more than `n` timers are stale (and they outnumber the ones in
+/// charge), in every store of this process; `None` restores the default.
+pub fn set_sweep_min(n: Option<usize>) {
+    SWEEP_MIN_OVERRIDE.store(n.unwrap_or(usize::MAX), Ordering::Relaxed);
+}
+
+fn sweep_min() -> usize {
+    match SWEEP_MIN_OVERRIDE.load(Ordering::Relaxed) {
+        usize::MAX => SWEEP_MIN,
+        n => n,
+    }
+}
 
 /// Fired timers the worker takes from the backlog at a time.
 const REAP_SLICE: usize = 16 * REAP_CHUNK;
@@ -298,7 +315,7 @@ impl Inner {
     /// True when stale timers outnumber the ones in charge (and are worth a pass).
     pub(crate) fn timers_need_sweep(&self) -> bool {
         let ex = self.expiry.lock();
-        ex.stale > SWEEP_MIN && ex.stale > ex.timers.len().saturating_sub(ex.stale)
+        ex.stale > sweep_min() && ex.stale > ex.timers.len().saturating_sub(ex.stale)
     }
 
     /// Drops stale timers (their key is gone, or its entry is armed at another second), one
@@ -323,6 +340,10 @@ impl Inner {
             };
             let n = timers.len();
             let mut keep = Vec::with_capacity(n);
+            // A key can have two timers at one second (disarmed, then armed at that second
+            // again); only one of them is in charge.
+            let mut kept_keys: std::collections::HashSet<(u32, crate::keydir::Key)> =
+                std::collections::HashSet::new();
             let mut by_keyspace: Vec<(u32, Vec<Timer>)> = Vec::new();
             for timer in timers {
                 match by_keyspace.iter_mut().find(|(id, _)| *id == timer.keyspace) {
@@ -336,15 +357,18 @@ impl Inner {
                 };
                 for part in list.chunks(REAP_CHUNK) {
                     let st = core.state.read();
-                    keep.extend(
-                        part.iter()
-                            .filter(|t| st.map.get(t.key.as_slice()).is_some_and(|e| e.armed == at))
-                            .cloned(),
-                    );
+                    for t in part {
+                        let in_charge = st.map.get(t.key.as_slice()).is_some_and(|e| e.armed == at);
+                        if in_charge && kept_keys.insert((t.keyspace, t.key.clone())) {
+                            keep.push(t.clone());
+                        }
+                    }
                 }
             }
             let mut ex = self.expiry.lock();
             dropped += n - keep.len();
+            self.timers_swept
+                .fetch_add((n - keep.len()) as u64, Ordering::Relaxed);
             ex.stale = ex.stale.saturating_sub(n - keep.len());
             for timer in keep {
                 ex.timers.insert(at, timer);
