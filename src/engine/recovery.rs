@@ -119,46 +119,110 @@ impl Loader {
         keys.push((Key::from_slice(key), entry));
     }
 
-    /// One loader holding what `parts` loaded, in their order: each keyspace's records are
-    /// copied once into a vector of their final size (appending part by part re-copied the
-    /// growing vector, and its page faults were a tenth of an open).
-    fn combine(parts: Vec<Loader>) -> Loader {
-        let mut all = Loader::default();
-        let mut sizes: Vec<(u32, usize)> = Vec::new();
-        for part in &parts {
+    /// Sorts this loader's records of each keyspace by key, newest first (hint files are
+    /// written in that order already; scanned segments are in log order).
+    fn sort(&mut self) {
+        for (_, list) in &mut self.keys {
+            if !list.is_sorted_by(|a, b| record_order(a, b).is_le()) {
+                list.sort_by(record_order);
+            }
+        }
+    }
+
+    /// What `parts` loaded (each sorted), in their order: per keyspace, one sorted run per
+    /// part, merged when taken.
+    fn combine(parts: Vec<Loader>) -> Combined {
+        let mut all = Combined::default();
+        for part in parts {
             all.max_seq = all.max_seq.max(part.max_seq);
             all.max_write_ms = all.max_write_ms.max(part.max_write_ms);
-            for (file, st) in &part.stats {
-                let mine = all.stats_of(*file);
+            for (file, st) in part.stats {
+                let mine = slot(&mut all.stats, file);
                 mine.shadowing += st.shadowing;
                 mine.total = st.total;
             }
-            for (ks, list) in &part.keys {
-                *slot(&mut sizes, *ks) += list.len();
-            }
-        }
-        for part in parts {
             for (ks, list) in part.keys {
-                let mine = slot(&mut all.keys, ks);
-                if mine.capacity() == 0 {
-                    let total = sizes.iter().find(|(k, _)| *k == ks).map_or(0, |(_, n)| *n);
-                    if list.len() == total {
-                        *mine = list;
-                        continue;
-                    }
-                    mine.reserve_exact(total);
-                }
-                mine.extend(list);
+                slot(&mut all.runs, ks).push(list);
             }
         }
         all
     }
+}
 
-    /// Takes the records loaded for keyspace `id`.
+/// Records of one keyspace from one file, or merged: `(key, entry)` pairs.
+type Run = Vec<(Key, Entry)>;
+
+/// Every file's records, as sorted runs per keyspace.
+#[derive(Default)]
+struct Combined {
+    runs: Vec<(u32, Vec<Run>)>,
+    max_seq: u64,
+    max_write_ms: u64,
+    stats: Vec<(u32, SegStats)>,
+}
+
+impl Combined {
+    /// The newest record of each key of keyspace `id` (tombstones included), in key order:
+    /// the runs merged, each key's first record kept.
     fn take_keys(&mut self, id: u32) -> Option<Vec<(Key, Entry)>> {
-        let i = self.keys.iter().position(|(k, _)| *k == id)?;
-        Some(self.keys.swap_remove(i).1)
+        let i = self.runs.iter().position(|(k, _)| *k == id)?;
+        Some(merge_runs(self.runs.swap_remove(i).1))
     }
+}
+
+/// Key order, then newest first: the order of a hint file and of the merge at open.
+fn record_order(a: &(Key, Entry), b: &(Key, Entry)) -> std::cmp::Ordering {
+    key_order(&a.0, &b.0).then(b.1.seq.cmp(&a.1.seq))
+}
+
+/// Merges sorted runs (in `record_order`) into one, keeping the first record of each key;
+/// between equal records the earlier run wins, as a stable sort of the runs laid end to end
+/// would have it. A heap of run indices, so thousands of segments cost `log k` per record.
+fn merge_runs(runs: Vec<Vec<(Key, Entry)>>) -> Vec<(Key, Entry)> {
+    let total: usize = runs.iter().map(Vec::len).sum();
+    let mut runs: Vec<std::vec::IntoIter<(Key, Entry)>> =
+        runs.into_iter().map(Vec::into_iter).collect();
+    let mut heads: Vec<Option<(Key, Entry)>> = runs.iter_mut().map(Iterator::next).collect();
+    // True when run `a`'s head comes before run `b`'s.
+    let before = |heads: &[Option<(Key, Entry)>], a: usize, b: usize| match (&heads[a], &heads[b]) {
+        (Some(x), Some(y)) => record_order(x, y).then(a.cmp(&b)).is_lt(),
+        (Some(_), None) => true,
+        _ => false,
+    };
+    let sift_down = |heap: &mut [usize], heads: &[Option<(Key, Entry)>], mut i: usize| loop {
+        let (l, r) = (2 * i + 1, 2 * i + 2);
+        let mut first = i;
+        if l < heap.len() && before(heads, heap[l], heap[first]) {
+            first = l;
+        }
+        if r < heap.len() && before(heads, heap[r], heap[first]) {
+            first = r;
+        }
+        if first == i {
+            break;
+        }
+        heap.swap(i, first);
+        i = first;
+    };
+    let mut heap: Vec<usize> = (0..heads.len()).filter(|&i| heads[i].is_some()).collect();
+    for i in (0..heap.len() / 2).rev() {
+        sift_down(&mut heap, &heads, i);
+    }
+    let mut out: Vec<(Key, Entry)> = Vec::with_capacity(total);
+    while let Some(&top) = heap.first() {
+        let Some(item) = heads[top].take() else {
+            break;
+        };
+        heads[top] = runs[top].next();
+        if heads[top].is_none() {
+            heap.swap_remove(0);
+        }
+        sift_down(&mut heap, &heads, 0);
+        if out.last().is_none_or(|(k, _)| *k != item.0) {
+            out.push(item);
+        }
+    }
+    out
 }
 
 pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
@@ -203,6 +267,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         &mut active_part,
         &damage,
     )?;
+    active_part.sort();
     parts.push(active_part);
     let mut loader = Loader::combine(parts);
     if !opts.sync.preallocates() {
@@ -236,10 +301,6 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             ..KeyspaceState::default()
         };
         if let Some(mut pairs) = loader.take_keys(meta.id) {
-            // Stable sort: it finds the sorted runs that hint files contribute and merges
-            // them, so only scanned segments pay for a full sort.
-            pairs.sort_by(|a, b| key_order(&a.0, &b.0).then(b.1.seq.cmp(&a.1.seq)));
-            pairs.dedup_by(|later, kept| later.0 == kept.0);
             // One pass over the survivors does what the key directory's census and the
             // per-segment live bytes need, instead of a walk of the built map for each.
             let KeyspaceState {
@@ -649,7 +710,9 @@ fn load_all_sealed(
 ) -> Vec<Result<LoadedSealed>> {
     let one = |entry: &SealedSegment| {
         let mut part = Loader::default();
-        load_sealed(dir, *entry, opts, &mut part, damage).map(|seg| (seg, part))
+        let seg = load_sealed(dir, *entry, opts, &mut part, damage)?;
+        part.sort();
+        Ok((seg, part))
     };
     let threads = std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
@@ -778,4 +841,96 @@ fn load_active(
         zero_tail,
         opts.segment_size,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(key: &[u8], seq: u64, file: u32) -> (Key, Entry) {
+        let entry = Entry {
+            seq,
+            file,
+            offset: 0,
+            len: 1,
+            ts: crate::keydir::WriteSecs::default(),
+            ttl: 0,
+            flags: 0,
+            armed: ttl::NEVER,
+        };
+        (Key::from_slice(key), entry)
+    }
+
+    fn picked(out: &[(Key, Entry)]) -> Vec<(Vec<u8>, u64, u32)> {
+        out.iter()
+            .map(|(k, e)| (k.to_vec(), e.seq, e.file))
+            .collect()
+    }
+
+    #[test]
+    fn merging_runs_keeps_the_newest_record_of_each_key_in_key_order() {
+        // Keys shorter and longer than the eight bytes compared as a word, sharing prefixes.
+        let long_a = b"prefix00-a".as_slice();
+        let long_b = b"prefix00-b".as_slice();
+        let runs = vec![
+            vec![rec(b"a", 5, 1), rec(b"a", 2, 1), rec(long_b, 1, 1)],
+            vec![rec(b"a", 9, 2), rec(b"b", 3, 2), rec(long_a, 4, 2)],
+            vec![],
+            vec![rec(b"b", 7, 3), rec(long_b, 8, 3)],
+        ];
+        let out = merge_runs(runs);
+        assert_eq!(
+            picked(&out),
+            vec![
+                (b"a".to_vec(), 9, 2),
+                (b"b".to_vec(), 7, 3),
+                (long_a.to_vec(), 4, 2),
+                (long_b.to_vec(), 8, 3),
+            ]
+        );
+    }
+
+    #[test]
+    fn between_equal_records_the_earlier_run_wins() {
+        let runs = vec![vec![rec(b"k", 4, 1)], vec![rec(b"k", 4, 2)]];
+        assert_eq!(picked(&merge_runs(runs)), vec![(b"k".to_vec(), 4, 1)]);
+        let runs = vec![vec![rec(b"k", 4, 2)], vec![rec(b"k", 4, 1)]];
+        assert_eq!(picked(&merge_runs(runs)), vec![(b"k".to_vec(), 4, 2)]);
+    }
+
+    #[test]
+    fn merging_many_runs_matches_a_sort_of_all_records() {
+        // 40 runs of pseudo-random keys and sequence numbers, against sort + dedup.
+        let mut x = 0x2545_F491_4F6C_DD1D_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut seq = 0;
+        let runs: Vec<Run> = (0..40)
+            .map(|file| {
+                let mut run: Run = (0..200)
+                    .map(|_| {
+                        seq += 1;
+                        // Short keys and keys longer than a word with a shared prefix.
+                        let n = next() % 300;
+                        let k = if n % 2 == 0 {
+                            format!("k{n}")
+                        } else {
+                            format!("prefix--{n}")
+                        };
+                        rec(k.as_bytes(), seq, file)
+                    })
+                    .collect();
+                run.sort_by(record_order);
+                run
+            })
+            .collect();
+        let mut all: Run = runs.iter().flatten().cloned().collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.seq.cmp(&a.1.seq)));
+        all.dedup_by(|later, kept| later.0 == kept.0);
+        assert_eq!(picked(&merge_runs(runs)), picked(&all));
+    }
 }
