@@ -157,7 +157,19 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
             written += 1;
         }
         store.write_batch(batch)?;
-        batch_times.push(t.elapsed());
+        let took = t.elapsed();
+        batch_times.push(took);
+        if took > Duration::from_millis(15) && std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok() {
+            let s = store.stats();
+            println!(
+                "    slow batch {took:?} at {:.2}s: segments {} merges {} expirations {} backlog {}",
+                start.elapsed().as_secs_f64(),
+                s.segments,
+                s.merges,
+                s.expirations,
+                s.expiry_backlog
+            );
+        }
         let elapsed = start.elapsed().as_secs();
         if elapsed >= next_sample {
             next_sample = elapsed + 1;
