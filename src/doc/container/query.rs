@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{keyed, parse_stored, Container};
+use super::Container;
 use crate::doc::index::IndexSet;
 use crate::doc::partition::{self, PartitionKey};
-use crate::doc::query::{self, Chosen, Cursor, PageSpec, Prepared, Query, QueryOptions};
+use crate::doc::query::{self, Chosen, Cursor, Out, PageSpec, Prepared, Query, QueryOptions};
 use crate::error::Result;
 
 /// A query's plan.
@@ -111,22 +111,20 @@ impl Container {
         q: &Query,
         opts: &QueryOptions,
         page: &PageSpec,
-    ) -> Result<(Vec<Value>, Option<Cursor>)> {
+    ) -> Result<(Vec<Out>, Option<Cursor>)> {
         let prepared = query::prepare(q)?;
         let plan = self.plan(&prepared, opts, page);
+        let live_count = || Ok((vec![Out::Value(Value::from(self.ks.len()?))], None));
         if matches!(plan, Plan::LiveCount) {
-            return Ok((vec![Value::from(self.ks.len()?)], None));
+            return live_count();
         }
         self.check_exists()?;
         let from = prepared.scan_from(page);
         match plan {
-            Plan::LiveCount => Ok((vec![Value::from(self.ks.len()?)], None)),
+            Plan::LiveCount => live_count(),
             Plan::Point(pk, id) => {
                 let key = partition::encode_key(&pk, &id);
-                let item = self
-                    .ks
-                    .get(&key)?
-                    .map(|bytes| parse_stored(&bytes).map(|v| (key.clone(), v)));
+                let item = self.ks.get(&key)?.map(|bytes| Ok((key.clone(), bytes)));
                 prepared.run(item.into_iter(), page)
             }
             Plan::Index(set, chosen, pk) => {
@@ -138,12 +136,12 @@ impl Container {
                     // A continued unordered scan seeks to the cursor's item.
                     Some(start) => {
                         let scan = self.ks.range(start..);
-                        let within = keyed(scan).take_while(move |r| {
+                        let within = scan.take_while(move |r| {
                             r.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix))
                         });
                         prepared.run(within, page)
                     }
-                    None => prepared.run(keyed(self.ks.prefix(prefix)), page),
+                    None => prepared.run(self.ks.prefix(prefix), page),
                 }
             }
             Plan::Scan => {
@@ -151,7 +149,7 @@ impl Container {
                     Some(start) => self.ks.range(start..),
                     None => self.ks.iter(),
                 };
-                prepared.run(keyed(scan), page)
+                prepared.run(scan, page)
             }
         }
     }
@@ -192,7 +190,7 @@ fn run_indexed(
     pk: Option<&PartitionKey>,
     from: Option<&[u8]>,
     page: &PageSpec,
-) -> Result<(Vec<Value>, Option<Cursor>)> {
+) -> Result<(Vec<Out>, Option<Cursor>)> {
     let prefix = pk.map(partition::encode_prefix);
     let keep = |k: &[u8]| {
         prefix.as_ref().is_none_or(|p| k.starts_with(p)) && from.is_none_or(|f| k >= f)
@@ -200,12 +198,16 @@ fn run_indexed(
     if chosen.exact && q.is_filtered_count() && page.after.is_none() {
         let (n, mut picked, unsure) = set.count(&c.ks, chosen.path, &chosen.probe, keep);
         picked.set_keys(unsure);
-        let (rest, _) = q.run(keyed(picked), page)?;
-        let more = rest.first().and_then(Value::as_u64).unwrap_or(0);
+        let (rest, _) = q.run(picked, page)?;
+        let more = rest
+            .first()
+            .and_then(Out::as_value)
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         let total = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(more);
-        return Ok((vec![Value::from(total)], None));
+        return Ok((vec![Out::Value(Value::from(total))], None));
     }
     let (mut picked, keys) = set.candidates(&c.ks, chosen.path, &chosen.probe, keep);
     picked.set_keys(keys);
-    q.run(keyed(picked), page)
+    q.run(picked, page)
 }
