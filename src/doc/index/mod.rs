@@ -28,6 +28,7 @@
 //!    broken; queries then scan until it is rebuilt (at the next open of the container).
 
 pub(crate) mod encode;
+mod keyhash;
 pub(crate) mod policy;
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,6 +40,7 @@ use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
 use smallvec::SmallVec;
 
+use self::keyhash::KeyHash;
 use crate::engine::{Keyspace, Picked};
 use crate::error::Result;
 
@@ -118,16 +120,21 @@ struct Version {
     enc: Box<[u8]>,
 }
 
-/// The item keys holding one value at one path, with their version counts.
-type Postings = BTreeMap<Box<[u8]>, u32>;
+/// The item keys holding one value at one path, with their version counts. Unordered: a
+/// query sorts the candidates it collects (several values or ranges need merging anyway), and
+/// an insert is a hash, not a search comparing keys that share long prefixes.
+type Postings = HashMap<ItemKey, u32, KeyHash>;
+
+/// An item key, allocated once per tracked key and shared by its postings on every path.
+type ItemKey = Arc<[u8]>;
 
 #[derive(Debug, Default)]
 struct Tables {
     /// Per path: encoded value → item key → how many versions hold that entry (two levels:
-    /// a search compares values, then item keys, never a long shared prefix twice).
+    /// a value's bytes are stored once, and a value is found by one ordered search).
     trees: Vec<BTreeMap<Box<[u8]>, Postings>>,
     /// Item key → the versions with entries (oldest first; usually one).
-    by_key: HashMap<Box<[u8]>, SmallVec<[Version; 1]>>,
+    by_key: HashMap<ItemKey, SmallVec<[Version; 1]>, KeyHash>,
     /// The next version id (0 is the build's).
     next: u64,
     /// Sweep when `by_key` grows past this.
@@ -202,21 +209,28 @@ impl IndexSet {
         out.into_boxed_slice()
     }
 
-    fn add_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
+    fn add_entries(&self, t: &mut Tables, key: &ItemKey, enc: &[u8]) {
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
                 let postings = match tree.get_mut(v) {
                     Some(p) => p,
                     None => tree.entry(v.into()).or_default(),
                 };
-                match postings.get_mut(key) {
+                match postings.get_mut(&**key) {
                     Some(n) => *n += 1,
                     None => {
-                        postings.insert(key.into(), 1);
+                        postings.insert(Arc::clone(key), 1);
                     }
                 }
             }
         }
+    }
+
+    /// The shared allocation of `key` if it is tracked, else a new one.
+    fn item_key(t: &Tables, key: &[u8]) -> ItemKey {
+        t.by_key
+            .get_key_value(key)
+            .map_or_else(|| Arc::from(key), |(k, _)| Arc::clone(k))
     }
 
     fn remove_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
@@ -249,7 +263,8 @@ impl IndexSet {
         let mut t = self.t.write();
         let id = t.next;
         t.next += 1;
-        self.add_entries(&mut t, key, &enc);
+        let shared = Self::item_key(&t, key);
+        self.add_entries(&mut t, &shared, &enc);
         let v = Version {
             id,
             pending: true,
@@ -258,7 +273,7 @@ impl IndexSet {
         match t.by_key.get_mut(key) {
             Some(list) => list.push(v),
             None => {
-                t.by_key.insert(key.into(), smallvec::smallvec![v]);
+                t.by_key.insert(shared, smallvec::smallvec![v]);
             }
         }
         id
@@ -314,30 +329,42 @@ impl IndexSet {
     /// Drops the settled versions of keys the key directory no longer holds (expired and
     /// reaped, or removed behind the document layer's back).
     fn sweep_locked(&self, t: &mut Tables, ks: &Keyspace) {
-        let keys: Vec<Box<[u8]>> = t.by_key.keys().cloned().collect();
-        for chunk in keys.chunks(1024) {
-            let gone: Vec<&Box<[u8]>> = {
+        // Only the keys that are gone are copied (a reference count each); the key directory
+        // is looked up under its read lock 1,024 keys at a time.
+        let mut gone: Vec<ItemKey> = Vec::new();
+        {
+            let mut keys = t.by_key.keys();
+            loop {
                 let st = ks.core().state.read();
-                chunk
-                    .iter()
-                    .filter(|k| !st.map.contains_key(k.as_ref()))
-                    .collect()
-            };
-            for k in gone {
-                let Some(list) = t.by_key.remove(k.as_ref()) else {
-                    continue;
-                };
-                let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
-                for v in list {
-                    if v.pending {
-                        keep.push(v);
-                    } else {
-                        self.remove_entries(t, k, &v.enc);
+                let mut n = 0;
+                for k in keys.by_ref() {
+                    if !st.map.contains_key(k.as_ref()) {
+                        gone.push(Arc::clone(k));
+                    }
+                    n += 1;
+                    if n == 1024 {
+                        break;
                     }
                 }
-                if !keep.is_empty() {
-                    t.by_key.insert(k.clone(), keep);
+                if n < 1024 {
+                    break;
                 }
+            }
+        }
+        for k in gone {
+            let Some(list) = t.by_key.remove(k.as_ref()) else {
+                continue;
+            };
+            let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
+            for v in list {
+                if v.pending {
+                    keep.push(v);
+                } else {
+                    self.remove_entries(t, &k, &v.enc);
+                }
+            }
+            if !keep.is_empty() {
+                t.by_key.insert(k, keep);
             }
         }
         t.sweep_at = (t.by_key.len() * 2).max(MIN_SWEEP);
@@ -360,8 +387,9 @@ impl IndexSet {
                 if Self::all_absent(&enc) || t.by_key.contains_key(key.as_slice()) {
                     continue;
                 }
-                self.add_entries(&mut t, &key, &enc);
-                t.by_key.entry(key.into()).or_default().push(Version {
+                let shared: ItemKey = Arc::from(key.as_slice());
+                self.add_entries(&mut t, &shared, &enc);
+                t.by_key.entry(shared).or_default().push(Version {
                     id: 0,
                     pending: false,
                     enc,
@@ -479,7 +507,7 @@ impl IndexSet {
     /// Entries held (all paths) and item keys tracked, for tests and the design note.
     pub(crate) fn size(&self) -> (usize, usize) {
         let t = self.t.read();
-        let entries = t.trees.iter().flat_map(BTreeMap::values).map(BTreeMap::len).sum();
+        let entries = t.trees.iter().flat_map(BTreeMap::values).map(HashMap::len).sum();
         (entries, t.by_key.len())
     }
 }
