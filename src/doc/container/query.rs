@@ -20,7 +20,9 @@ use serde_json::{Map, Value};
 use super::Container;
 use crate::doc::index::IndexSet;
 use crate::doc::partition::{self, PartitionKey};
-use crate::doc::query::{self, Chosen, Cursor, Out, PageSpec, Prepared, Query, QueryOptions};
+use crate::doc::query::{
+    self, Chosen, Cursor, Out, Owned, PageSpec, Prepared, Query, QueryOptions,
+};
 use crate::error::Result;
 
 /// A query's plan.
@@ -125,7 +127,7 @@ impl Container {
             Plan::Point(pk, id) => {
                 let key = partition::encode_key(&pk, &id);
                 let item = self.ks.get(&key)?.map(|bytes| Ok((key.clone(), bytes)));
-                prepared.run(item.into_iter(), page)
+                prepared.run(Owned(item.into_iter()), page)
             }
             Plan::Index(set, chosen, pk) => {
                 run_indexed(self, prepared, &set, &chosen, pk.as_ref(), from.as_deref(), page)
@@ -134,13 +136,7 @@ impl Container {
                 let prefix = partition::encode_prefix(&pk);
                 match from {
                     // A continued unordered scan seeks to the cursor's item.
-                    Some(start) => {
-                        let scan = self.ks.range(start..);
-                        let within = scan.take_while(move |r| {
-                            r.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix))
-                        });
-                        prepared.run(within, page)
-                    }
+                    Some(start) => prepared.run(self.ks.prefix_from(&prefix, &start), page),
                     None => prepared.run(self.ks.prefix(prefix), page),
                 }
             }

@@ -471,9 +471,7 @@ impl IndexSet {
         let mut n = 0usize;
         let mut unsure = Vec::new();
         if let Some(tree) = t.trees.get(path) {
-            // The key directory under one read lock: a consistent cut (writes are held at the
-            // index lock meanwhile, and none is in flight for a key with one settled version).
-            let st = ks.core().state.read();
+            let mut keys: Vec<&[u8]> = Vec::new();
             for (lo, hi) in &ranges {
                 let bounds = (
                     lo.as_ref().map(Vec::as_slice),
@@ -482,19 +480,23 @@ impl IndexSet {
                 if empty_range(&bounds) {
                     continue;
                 }
-                for key in tree.range::<[u8], _>(bounds).flat_map(|(_, p)| p.keys()) {
-                    let key: &[u8] = key;
-                    if !keep(key) {
-                        continue;
-                    }
-                    match t.by_key.get(key).map(SmallVec::as_slice) {
-                        Some([v]) if !v.pending => {
-                            if st.live(key, now).is_some() {
-                                n += 1;
-                            }
+                let found = tree.range::<[u8], _>(bounds).flat_map(|(_, p)| p.keys());
+                keys.extend(found.map(|k| &**k).filter(|k| keep(k)));
+            }
+            // In key order: consecutive lookups in the key directory then share its nodes.
+            keys.sort_unstable();
+            keys.dedup();
+            // The key directory under one read lock: a consistent cut (writes are held at the
+            // index lock meanwhile, and none is in flight for a key with one settled version).
+            let st = ks.core().state.read();
+            for key in keys {
+                match t.by_key.get(key).map(SmallVec::as_slice) {
+                    Some([v]) if !v.pending => {
+                        if st.live(key, now).is_some() {
+                            n += 1;
                         }
-                        _ => unsure.push(key.to_vec()),
                     }
+                    _ => unsure.push(key.to_vec()),
                 }
             }
         }

@@ -21,7 +21,7 @@ mod plan;
 mod shape;
 
 pub(crate) use plan::Chosen;
-pub(crate) use shape::Out;
+pub(crate) use shape::{Out, Owned, Source};
 
 use std::collections::{HashMap, HashSet};
 
@@ -447,7 +447,7 @@ impl Prepared<'_> {
     /// starts.
     pub(crate) fn run(
         self,
-        items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>,
+        items: impl Source,
         page: &PageSpec,
     ) -> Result<(Vec<Out>, Option<Cursor>)> {
         run_select(&self.select, &self.shape, self.params, items, page)
@@ -492,7 +492,7 @@ pub(crate) fn run(query: &Query, items: impl Iterator<Item = Result<Value>>) -> 
         let text = serde_json::to_vec(&r?).map_err(|e| bad(e.to_string()))?;
         Ok(((i as u64).to_be_bytes().to_vec(), text))
     });
-    let (rows, _) = prepare(query)?.run(keyed, &PageSpec::default())?;
+    let (rows, _) = prepare(query)?.run(Owned(keyed), &PageSpec::default())?;
     rows.into_iter().map(Out::into_value).collect()
 }
 
@@ -584,6 +584,13 @@ fn project(q: &Select, row: &Row, params: &HashMap<String, Value>) -> Val {
     }
 }
 
+/// True when the query's WHERE (if any) is `true` for the row.
+fn passes(q: &Select, doc: &Value, vars: &[Value], params: &HashMap<String, Value>) -> bool {
+    q.filter
+        .as_ref()
+        .is_none_or(|f| eval(f, &Ctx { doc, vars, params }) == Some(Value::Bool(true)))
+}
+
 /// Where a page of a query resumes.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Cursor {
@@ -627,7 +634,7 @@ fn run_select(
     q: &Select,
     shape: &Shape,
     params: &HashMap<String, Value>,
-    items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>,
+    mut items: impl Source,
     page: &PageSpec,
 ) -> Result<(Vec<Out>, Option<Cursor>)> {
     let top = q
@@ -686,19 +693,31 @@ fn run_select(
     let sorted_bound = (!q.order_by.is_empty() && positional)
         .then_some(needed)
         .flatten();
-    'items: for item in items {
-        let (key, text) = item?;
-        let doc = shape.parse(&text)?;
-        let stored = shape.stored_rows.then_some(text);
+    // Without JOIN a row is its item: the WHERE runs while the engine lends the item's
+    // text, and only the items it keeps are copied.
+    let prefilter = q.joins.is_empty();
+    'items: loop {
+        if early_stop.is_some_and(|n| rows.len() >= n) {
+            break;
+        }
+        let next = items.next_with(|key, text| {
+            let doc = shape.parse(text)?;
+            if prefilter && !passes(q, &doc, &[], params) {
+                return Ok(None);
+            }
+            Ok(Some((key.to_vec(), doc, shape.stored_rows.then(|| text.to_vec()))))
+        });
+        let Some(item) = next else { break };
+        let Some((key, doc, stored)) = item? else {
+            continue;
+        };
         for row in expand(key, doc, stored, &q.joins, params) {
             if early_stop.is_some_and(|n| rows.len() >= n) {
                 break 'items;
             }
             let cx = row.cx(params);
-            if let Some(f) = &q.filter {
-                if eval(f, &cx) != Some(Value::Bool(true)) {
-                    continue;
-                }
+            if !prefilter && !passes(q, &row.doc, &row.vars, params) {
+                continue;
             }
             let keys: Vec<Val> = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
             if let Some(after) = after {

@@ -128,6 +128,35 @@ impl Out {
     }
 }
 
+/// Where a query's items come from: live items' engine keys and stored text, in key order,
+/// one `now`. The engine's readers lend the text in place (`next_with`), so an item the WHERE
+/// drops is never copied.
+pub(crate) trait Source {
+    /// The next item, given to `f`.
+    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>>;
+}
+
+impl Source for crate::engine::Iter {
+    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>> {
+        crate::engine::Iter::next_with(self, f).map(|r| r.and_then(|x| x))
+    }
+}
+
+impl Source for crate::engine::Picked {
+    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>> {
+        crate::engine::Picked::next_with(self, f).map(|r| r.and_then(|x| x))
+    }
+}
+
+/// Items held as owned pairs (a point read, tests).
+pub(crate) struct Owned<I>(pub(crate) I);
+
+impl<I: Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>> Source for Owned<I> {
+    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>> {
+        self.0.next().map(|r| r.and_then(|(k, v)| f(&k, &v)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
