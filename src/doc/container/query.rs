@@ -21,7 +21,7 @@ use super::Container;
 use crate::doc::index::IndexSet;
 use crate::doc::partition::{self, PartitionKey};
 use crate::doc::query::{
-    self, Chosen, Cursor, Out, Owned, PageSpec, Prepared, Query, QueryOptions,
+    self, Chosen, Cursor, Ordered, Out, Owned, PageSpec, Prepared, Query, QueryOptions,
 };
 use crate::error::Result;
 
@@ -29,7 +29,13 @@ use crate::error::Result;
 enum Plan {
     LiveCount,
     Point(PartitionKey, String),
-    Index(Arc<IndexSet>, Chosen, Option<PartitionKey>),
+    /// With the path and direction of an `ORDER BY` the index walk serves.
+    Index(
+        Arc<IndexSet>,
+        Chosen,
+        Option<PartitionKey>,
+        Option<(Vec<String>, bool)>,
+    ),
     Partition(PartitionKey),
     Scan,
 }
@@ -39,7 +45,7 @@ impl Plan {
         match self {
             Plan::LiveCount => "count".into(),
             Plan::Point(..) => "point".into(),
-            Plan::Index(_, c, _) => {
+            Plan::Index(_, c, _, _) => {
                 let path = set
                     .and_then(|s| s.paths().get(c.path))
                     .map(|p| p.join("/"))
@@ -77,7 +83,11 @@ impl Container {
                 })
                 .collect();
             if let Some(chosen) = q.index_probe(&usable) {
-                return Plan::Index(set, chosen, pk);
+                // The same path in a lone ORDER BY: walk the index in order.
+                let order = q
+                    .index_order(page)
+                    .filter(|(path, _)| usable.get(chosen.path) == Some(path));
+                return Plan::Index(set, chosen, pk, order);
             }
         }
         match pk {
@@ -129,8 +139,15 @@ impl Container {
                 let item = self.ks.get(&key)?.map(|bytes| Ok((key.clone(), bytes)));
                 prepared.run(Owned(item.into_iter()), page)
             }
-            Plan::Index(set, chosen, pk) => {
-                run_indexed(self, prepared, &set, &chosen, pk.as_ref(), from.as_deref(), page)
+            Plan::Index(set, chosen, pk, order) => {
+                let at = IndexedAt {
+                    set: &set,
+                    chosen: &chosen,
+                    pk: pk.as_ref(),
+                    from: from.as_deref(),
+                    order,
+                };
+                run_indexed(self, prepared, &at, page)
             }
             Plan::Partition(pk) => {
                 let prefix = partition::encode_prefix(&pk);
@@ -175,19 +192,28 @@ impl Container {
     }
 }
 
+/// What an index plan reads: the probe, the partition and start key that bound it, and the
+/// `ORDER BY` it serves, if any.
+struct IndexedAt<'p> {
+    set: &'p IndexSet,
+    chosen: &'p Chosen,
+    pk: Option<&'p PartitionKey>,
+    from: Option<&'p [u8]>,
+    order: Option<(Vec<String>, bool)>,
+}
+
 /// Runs `q` over the items the index probe names (within partition `pk` and from `from` when
 /// given), read through the key directory with a scan's semantics; the whole WHERE runs on
-/// each. An exact `COUNT` reads only the items whose index entry might be stale.
+/// each. An exact `COUNT` reads only the items whose index entry might be stale; an `ORDER
+/// BY` on the probed path walks the index in order and stops when the page is full.
 fn run_indexed(
     c: &Container,
     q: Prepared<'_>,
-    set: &IndexSet,
-    chosen: &Chosen,
-    pk: Option<&PartitionKey>,
-    from: Option<&[u8]>,
+    at: &IndexedAt<'_>,
     page: &PageSpec,
 ) -> Result<(Vec<Out>, Option<Cursor>)> {
-    let prefix = pk.map(partition::encode_prefix);
+    let (set, chosen, from) = (at.set, at.chosen, at.from);
+    let prefix = at.pk.map(partition::encode_prefix);
     let keep = |k: &[u8]| {
         prefix.as_ref().is_none_or(|p| k.starts_with(p)) && from.is_none_or(|f| k >= f)
     };
@@ -202,6 +228,10 @@ fn run_indexed(
             .unwrap_or(0);
         let total = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(more);
         return Ok((vec![Out::Value(Value::from(total))], None));
+    }
+    if let Some((path, desc)) = &at.order {
+        let (picked, groups) = set.ordered(&c.ks, chosen.path, &chosen.probe, *desc, keep);
+        return q.run_presorted(Ordered::new(picked, groups, path.clone()), page);
     }
     let (mut picked, keys) = set.candidates(&c.ks, chosen.path, &chosen.probe, keep);
     picked.set_keys(keys);

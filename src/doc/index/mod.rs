@@ -126,7 +126,10 @@ struct Version {
 type Postings = HashMap<ItemKey, u32, KeyHash>;
 
 /// An item key, allocated once per tracked key and shared by its postings on every path.
-type ItemKey = Arc<[u8]>;
+pub(crate) type ItemKey = Arc<[u8]>;
+
+/// The candidates of one indexed value: its encoding and the item keys holding it.
+pub(crate) type Group = (Box<[u8]>, Vec<ItemKey>);
 
 #[derive(Debug, Default)]
 struct Tables {
@@ -139,6 +142,8 @@ struct Tables {
     next: u64,
     /// Sweep when `by_key` grows past this.
     sweep_at: usize,
+    /// The hash keys of every postings map (drawn once: a new value's map is cheap).
+    hash: KeyHash,
 }
 
 /// The secondary indexes of one container.
@@ -210,11 +215,14 @@ impl IndexSet {
     }
 
     fn add_entries(&self, t: &mut Tables, key: &ItemKey, enc: &[u8]) {
+        let hash = t.hash;
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
                 let postings = match tree.get_mut(v) {
                     Some(p) => p,
-                    None => tree.entry(v.into()).or_default(),
+                    None => tree
+                        .entry(v.into())
+                        .or_insert_with(|| HashMap::with_hasher(hash)),
                 };
                 match postings.get_mut(&**key) {
                     Some(n) => *n += 1,
@@ -451,6 +459,57 @@ impl IndexSet {
         keys.sort_unstable();
         keys.dedup();
         (picked, keys)
+    }
+
+    /// The candidates of `probe` on `path` that `keep` accepts, grouped by value in value
+    /// order (descending with `desc`; the keys of a group unordered, one group per value),
+    /// and a reader registered under the same hold of the lock (invariant 2). Only reference
+    /// counts are taken under the lock: a caller that stops early sorts and copies only the
+    /// groups it reaches.
+    pub(crate) fn ordered(
+        &self,
+        ks: &Keyspace,
+        path: usize,
+        probe: &Probe,
+        desc: bool,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> (Picked, Vec<Group>) {
+        let ranges = probe.ranges();
+        let t = self.t.read();
+        let picked = ks.picked();
+        let mut groups: Vec<Group> = Vec::new();
+        if let Some(tree) = t.trees.get(path) {
+            for (lo, hi) in &ranges {
+                let bounds = (
+                    lo.as_ref().map(Vec::as_slice),
+                    hi.as_ref().map(Vec::as_slice),
+                );
+                if empty_range(&bounds) {
+                    continue;
+                }
+                for (value, postings) in tree.range::<[u8], _>(bounds) {
+                    let keys: Vec<ItemKey> =
+                        postings.keys().filter(|k| keep(k)).cloned().collect();
+                    if !keys.is_empty() {
+                        groups.push((value.clone(), keys));
+                    }
+                }
+            }
+        }
+        drop(t);
+        // Several ranges (`IN`) come in the list's order and may repeat a value.
+        groups.sort_by(|a, b| a.0.cmp(&b.0));
+        groups.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1.append(&mut b.1);
+            }
+            same
+        });
+        if desc {
+            groups.reverse();
+        }
+        (picked, groups)
     }
 
     /// `COUNT` of the live items whose value at `path` satisfies `probe` exactly, without

@@ -16,10 +16,12 @@
 mod ast;
 mod eval;
 mod lexer;
+mod ordered;
 mod parser;
 mod plan;
 mod shape;
 
+pub(crate) use ordered::Ordered;
 pub(crate) use plan::Chosen;
 pub(crate) use shape::{Out, Owned, Source};
 
@@ -450,7 +452,45 @@ impl Prepared<'_> {
         items: impl Source,
         page: &PageSpec,
     ) -> Result<(Vec<Out>, Option<Cursor>)> {
-        run_select(&self.select, &self.shape, self.params, items, page)
+        run_select(&self.select, &self.shape, self.params, items, page, false)
+    }
+
+    /// As [`Prepared::run`], over items that come in the query's `ORDER BY` order (an index
+    /// walk, `ordered.rs`): the runner stops once the page is full.
+    pub(crate) fn run_presorted(
+        self,
+        items: impl Source,
+        page: &PageSpec,
+    ) -> Result<(Vec<Out>, Option<Cursor>)> {
+        run_select(&self.select, &self.shape, self.params, items, page, true)
+    }
+
+    /// The path and direction of a single `ORDER BY c.<path>` that an index walk can serve:
+    /// no JOIN, DISTINCT, GROUP BY or aggregate, and a bound (TOP, LIMIT or a page size), so
+    /// that stopping early pays.
+    pub(crate) fn index_order(&self, page: &PageSpec) -> Option<(Vec<String>, bool)> {
+        let q = &self.select;
+        let [(e, desc)] = q.order_by.as_slice() else {
+            return None;
+        };
+        let aggregate = match &q.projection {
+            Projection::Value(e) => e.has_aggregate(),
+            Projection::Fields(f) => f.iter().any(|(_, e)| e.has_aggregate()),
+            Projection::Star => false,
+        };
+        let bounded = q.top.is_some() || q.offset_limit.is_some() || page.max.is_some();
+        if !q.joins.is_empty() || q.distinct || !q.group_by.is_empty() || aggregate || !bounded
+        {
+            return None;
+        }
+        let mut path = Vec::new();
+        let mut at = e;
+        while let Expr::Prop(base, name) = at {
+            path.push(name.clone());
+            at = base;
+        }
+        path.reverse();
+        (matches!(at, Expr::Root) && !path.is_empty()).then_some((path, *desc))
     }
 }
 
@@ -636,6 +676,7 @@ fn run_select(
     params: &HashMap<String, Value>,
     mut items: impl Source,
     page: &PageSpec,
+    presorted: bool,
 ) -> Result<(Vec<Out>, Option<Cursor>)> {
     let top = q
         .top
@@ -687,7 +728,8 @@ fn run_select(
         (r, m) => r.or(m.map(|m| m.saturating_add(1))),
     }
     .map(|w| w.saturating_add(skip));
-    let early_stop = (q.order_by.is_empty() && positional)
+    // Items in result order (no ORDER BY, or an index walk in its order) let the scan stop.
+    let early_stop = ((q.order_by.is_empty() || presorted) && positional)
         .then_some(needed)
         .flatten();
     let sorted_bound = (!q.order_by.is_empty() && positional)
