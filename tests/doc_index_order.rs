@@ -63,7 +63,8 @@ fn fill(plain: &Container, indexed: &Container) {
             _ => json!((i * 37) % 23),
         }
     };
-    for i in 0..120u64 {
+    // More items than a walk takes per hold of the lock, so long walks take several.
+    for i in 0..400u64 {
         let pk = format!("p{}", i % 4);
         let mut item = json!({
             "id": format!("{i:03}"),
@@ -105,6 +106,10 @@ fn an_index_walk_in_order_gives_the_unindexed_results() {
         "SELECT TOP 10 VALUE c.id FROM c WHERE c.o.k >= 1 ORDER BY c.o.k DESC",
         "SELECT TOP 3 VALUE c.id FROM c WHERE c.n >= 100 ORDER BY c.n",
         "SELECT TOP 0 VALUE c.id FROM c WHERE c.n >= 0 ORDER BY c.n",
+        "SELECT TOP 300 VALUE c.id FROM c WHERE c.n >= 0 ORDER BY c.n",
+        "SELECT TOP 300 VALUE c.id FROM c WHERE c.n >= 1 ORDER BY c.n DESC",
+        "SELECT TOP 250 VALUE c.id FROM c WHERE c.n IN (22, 1, 5, 9, 0) ORDER BY c.n DESC",
+        "SELECT TOP 250 VALUE c.id FROM c WHERE c.s >= 's' ORDER BY c.s",
     ] {
         let want = rows(&plain, text);
         assert_eq!(rows(&indexed, text), want, "{text}");

@@ -230,8 +230,8 @@ fn run_indexed(
         return Ok((vec![Out::Value(Value::from(total))], None));
     }
     if let Some((path, desc)) = &at.order {
-        let (picked, groups) = set.ordered(&c.ks, chosen.path, &chosen.probe, *desc, keep);
-        return q.run_presorted(Ordered::new(picked, groups, path.clone()), page);
+        let start = set.ordered(&c.ks, chosen.path, &chosen.probe, *desc, &keep);
+        return q.run_presorted(Ordered::new(set, start, &keep, path.clone()), page);
     }
     let (mut picked, keys) = set.candidates(&c.ks, chosen.path, &chosen.probe, keep);
     picked.set_keys(keys);

@@ -461,55 +461,48 @@ impl IndexSet {
         (picked, keys)
     }
 
-    /// The candidates of `probe` on `path` that `keep` accepts, grouped by value in value
-    /// order (descending with `desc`; the keys of a group unordered, one group per value),
-    /// and a reader registered under the same hold of the lock (invariant 2). Only reference
-    /// counts are taken under the lock: a caller that stops early sorts and copies only the
-    /// groups it reaches.
+    /// An index walk of `probe` on `path` in value order (descending with `desc`), a reader
+    /// registered under the same hold of the lock as the walk's first groups (invariant 2),
+    /// and those groups. [`Walk::more`] takes the next ones, a hold of the lock each.
     pub(crate) fn ordered(
         &self,
         ks: &Keyspace,
         path: usize,
         probe: &Probe,
         desc: bool,
-        keep: impl Fn(&[u8]) -> bool,
-    ) -> (Picked, Vec<Group>) {
-        let ranges = probe.ranges();
-        let t = self.t.read();
-        let picked = ks.picked();
-        let mut groups: Vec<Group> = Vec::new();
-        if let Some(tree) = t.trees.get(path) {
-            for (lo, hi) in &ranges {
-                let bounds = (
-                    lo.as_ref().map(Vec::as_slice),
-                    hi.as_ref().map(Vec::as_slice),
-                );
-                if empty_range(&bounds) {
-                    continue;
-                }
-                for (value, postings) in tree.range::<[u8], _>(bounds) {
-                    let keys: Vec<ItemKey> =
-                        postings.keys().filter(|k| keep(k)).cloned().collect();
-                    if !keys.is_empty() {
-                        groups.push((value.clone(), keys));
-                    }
-                }
-            }
-        }
-        drop(t);
-        // Several ranges (`IN`) come in the list's order and may repeat a value.
-        groups.sort_by(|a, b| a.0.cmp(&b.0));
-        groups.dedup_by(|b, a| {
-            let same = a.0 == b.0;
-            if same {
-                a.1.append(&mut b.1);
-            }
-            same
+        keep: &dyn Fn(&[u8]) -> bool,
+    ) -> (Picked, Walk, Vec<Group>) {
+        let mut ranges = probe.ranges();
+        // `IN` lists its values in its own order and may repeat one; encodings are
+        // self-delimiting, so the prefix ranges of distinct values are disjoint.
+        ranges.sort_by(|a, b| bound_cmp(&a.0, &b.0));
+        ranges.dedup();
+        ranges.retain(|(lo, hi)| {
+            !empty_range(&(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice)))
         });
         if desc {
-            groups.reverse();
+            ranges.reverse();
         }
-        (picked, groups)
+        let mut walk = Walk {
+            path,
+            ranges,
+            desc,
+            at: 0,
+            after: None,
+        };
+        let t = self.t.read();
+        let picked = ks.picked();
+        let first = walk.collect(&t, keep);
+        (picked, walk, first)
+    }
+
+    /// True if `key` holds an entry for the encoded `value` at `path`.
+    pub(crate) fn holds(&self, path: usize, value: &[u8], key: &[u8]) -> bool {
+        let t = self.t.read();
+        t.trees
+            .get(path)
+            .and_then(|tree| tree.get(value))
+            .is_some_and(|p| p.contains_key(key))
     }
 
     /// `COUNT` of the live items whose value at `path` satisfies `probe` exactly, without
@@ -570,6 +563,100 @@ impl IndexSet {
         let t = self.t.read();
         let entries = t.trees.iter().flat_map(BTreeMap::values).map(HashMap::len).sum();
         (entries, t.by_key.len())
+    }
+}
+
+/// Orders lower bounds (ranges from `Probe::ranges` start included or unbounded).
+fn bound_cmp(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> std::cmp::Ordering {
+    let key = |x: &Bound<Vec<u8>>| match x {
+        Bound::Unbounded => None,
+        Bound::Included(v) | Bound::Excluded(v) => Some(v.clone()),
+    };
+    key(a).cmp(&key(b))
+}
+
+/// Where an index walk in value order stands: the probe's ranges in walk order, the range
+/// being walked and the last value taken from it.
+#[derive(Debug)]
+pub(crate) struct Walk {
+    path: usize,
+    ranges: Ranges,
+    desc: bool,
+    at: usize,
+    after: Option<Vec<u8>>,
+}
+
+/// How many item keys a walk takes per hold of the lock (whole groups: at least one).
+const WALK_BATCH: usize = 128;
+
+impl Walk {
+    /// The next groups (see [`IndexSet::ordered`]); empty when the walk is over.
+    pub(crate) fn more(&mut self, set: &IndexSet, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Group> {
+        let t = set.t.read();
+        self.collect(&t, keep)
+    }
+
+    /// True if encoded `a` comes after encoded `b` in the walk's order.
+    pub(crate) fn is_after(&self, a: &[u8], b: &[u8]) -> bool {
+        if self.desc {
+            a < b
+        } else {
+            a > b
+        }
+    }
+
+    /// The path's position in the index set.
+    pub(crate) fn path(&self) -> usize {
+        self.path
+    }
+
+    fn collect(&mut self, t: &Tables, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Group> {
+        let mut out: Vec<Group> = Vec::new();
+        let mut taken = 0;
+        let Some(tree) = t.trees.get(self.path) else {
+            return out;
+        };
+        while let Some((lo, hi)) = self.ranges.get(self.at) {
+            let (mut lo, mut hi) = (
+                lo.as_ref().map(Vec::as_slice),
+                hi.as_ref().map(Vec::as_slice),
+            );
+            if let Some(after) = &self.after {
+                if self.desc {
+                    hi = Bound::Excluded(after.as_slice());
+                } else {
+                    lo = Bound::Excluded(after.as_slice());
+                }
+            }
+            let mut full = false;
+            if !empty_range(&(lo, hi)) {
+                let range = tree.range::<[u8], _>((lo, hi));
+                let groups: Box<dyn Iterator<Item = (&Box<[u8]>, &Postings)>> = if self.desc {
+                    Box::new(range.rev())
+                } else {
+                    Box::new(range)
+                };
+                for (value, postings) in groups {
+                    let keys: Vec<ItemKey> =
+                        postings.keys().filter(|k| keep(k)).cloned().collect();
+                    self.after = Some(value.to_vec());
+                    if !keys.is_empty() {
+                        taken += keys.len();
+                        out.push((value.clone(), keys));
+                    }
+                    if taken >= WALK_BATCH {
+                        full = true;
+                        break;
+                    }
+                }
+            }
+            if full {
+                break;
+            }
+            self.at += 1;
+            self.after = None;
+        }
+        out
     }
 }
 

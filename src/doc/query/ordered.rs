@@ -7,54 +7,53 @@
 //! with an undefined, array or object value (which sort outside the scalars and are not
 //! indexed) cannot be among the results.
 //!
-//! The groups (one per indexed value, in value order, descending for `DESC`) are taken with
-//! the reader's registration under one hold of the index lock; a group's item keys are sorted
-//! when the walk reaches it, which gives the runner's tie order (item key ascending, in either
-//! direction). An entry never decides a row: each item read is placed by the value it holds
-//! now. An item whose value is another walked group's (a stale entry of a superseded
-//! version) is skipped here and returned there; an item is returned at most once. An item
-//! written after the query started may hold a value no group had when the groups were taken:
-//! it is returned where it was met (its row still carries its own ORDER BY value, and the WHERE
-//! still decides it), which is the one place this order can be off, and only for items written
-//! while the query runs.
+//! The walk takes a few groups (one per indexed value, in value order, descending for
+//! `DESC`) per hold of the index lock, the first ones with the reader's registration; a
+//! group's item keys are sorted when it is taken, which gives the runner's tie order (item key
+//! ascending, in either direction). An entry never decides a row: each item read is placed by
+//! the value it holds now. An item met under a stale entry whose current value lies further
+//! along the walk, where the index holds it too, is skipped here and returned there; an item
+//! is returned at most once. An item that is not written while the query runs keeps its entry
+//! at its value, so it is met exactly there, once. An item written while the walk runs is met
+//! at its old or its new value, or not at all if it moved to a value the walk had passed: the
+//! same as a continued page misses or repeats an item changed in between.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashSet, VecDeque};
 
 use serde_json::Value;
 
 use super::shape::Source;
-use crate::doc::index::{encode, Group};
+use crate::doc::index::{encode, Group, IndexSet, Walk};
 use crate::doc::stored;
 use crate::engine::Picked;
 use crate::error::{Error, Result};
 
 /// The items of an index walk in value order (see the module note).
-pub(crate) struct Ordered {
+pub(crate) struct Ordered<'a> {
+    set: &'a IndexSet,
+    walk: Walk,
+    keep: &'a dyn Fn(&[u8]) -> bool,
     picked: Picked,
-    groups: Vec<Group>,
-    /// Which group holds a value.
-    at: HashMap<Box<[u8]>, usize>,
-    /// Whether a group's keys are sorted (and distinct) yet.
-    sorted: Vec<bool>,
-    /// The group being read.
-    current: Option<usize>,
+    /// Groups taken and not yet read, and the value of the group being read.
+    groups: VecDeque<Group>,
+    current: Option<Box<[u8]>>,
     path: Vec<String>,
     emitted: HashSet<Vec<u8>>,
 }
 
-impl Ordered {
-    pub(crate) fn new(picked: Picked, groups: Vec<Group>, path: Vec<String>) -> Self {
-        let at = groups
-            .iter()
-            .enumerate()
-            .map(|(i, (v, _))| (v.clone(), i))
-            .collect();
-        let sorted = vec![false; groups.len()];
+impl<'a> Ordered<'a> {
+    pub(crate) fn new(
+        set: &'a IndexSet,
+        (picked, walk, first): (Picked, Walk, Vec<Group>),
+        keep: &'a dyn Fn(&[u8]) -> bool,
+        path: Vec<String>,
+    ) -> Self {
         Self {
+            set,
+            walk,
+            keep,
             picked,
-            groups,
-            at,
-            sorted,
+            groups: first.into(),
             current: None,
             path,
             emitted: HashSet::new(),
@@ -63,32 +62,18 @@ impl Ordered {
 
     /// Moves the reader to the next group; false when none is left.
     fn advance(&mut self) -> bool {
-        let next = self.current.map_or(0, |c| c + 1);
-        let Some((_, keys)) = self.groups.get_mut(next) else {
+        if self.groups.is_empty() {
+            self.groups = self.walk.more(self.set, self.keep).into();
+        }
+        let Some((value, mut keys)) = self.groups.pop_front() else {
             return false;
         };
-        if !self.sorted[next] {
-            keys.sort_unstable();
-            keys.dedup();
-            self.sorted[next] = true;
-        }
-        self.picked.set_keys(keys.iter().map(|k| k.to_vec()).collect());
-        self.current = Some(next);
-        true
-    }
-}
-
-/// Sorts group `i` if needed and tells whether it holds `key`.
-fn holds(groups: &mut [Group], sorted: &mut [bool], i: usize, key: &[u8]) -> bool {
-    let Some((_, keys)) = groups.get_mut(i) else {
-        return false;
-    };
-    if !sorted[i] {
         keys.sort_unstable();
         keys.dedup();
-        sorted[i] = true;
+        self.picked.set_keys(keys.iter().map(|k| k.to_vec()).collect());
+        self.current = Some(value);
+        true
     }
-    keys.binary_search_by(|k| (**k).cmp(key)).is_ok()
 }
 
 /// The encoded scalar at `path` in the item `text`, if there is one.
@@ -106,7 +91,7 @@ fn value_at(text: &[u8], path: &[String]) -> Result<Option<Vec<u8>>> {
     Ok(found.filter(|v| encode::encode(v, &mut out)).map(|_| out))
 }
 
-impl Source for Ordered {
+impl Source for Ordered<'_> {
     fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>> {
         let mut f = Some(f);
         loop {
@@ -114,28 +99,22 @@ impl Source for Ordered {
                 return None;
             }
             let Self {
+                set,
+                walk,
                 picked,
-                groups,
-                at,
-                sorted,
                 current,
                 path,
                 emitted,
+                ..
             } = self;
-            let here = current.unwrap_or(0);
+            let here = current.as_deref().unwrap_or_default();
             let step = picked.next_with(|key, text| -> Result<Option<R>> {
                 if emitted.contains(key) {
                     return Ok(None);
                 }
-                if let Some(enc) = value_at(text, path)? {
-                    let elsewhere = at
-                        .get(enc.as_slice())
-                        .copied()
-                        .filter(|&i| i != here);
-                    if let Some(i) = elsewhere {
-                        if holds(groups, sorted, i, key) {
-                            return Ok(None); // returned in its own group
-                        }
+                if let Some(now) = value_at(text, path)? {
+                    if walk.is_after(&now, here) && set.holds(walk.path(), &now, key) {
+                        return Ok(None); // met again, and returned, at its own value
                     }
                 }
                 emitted.insert(key.to_vec());
