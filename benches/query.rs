@@ -80,6 +80,16 @@ fn bench(cr: &mut Criterion) {
             )
         });
     });
+    g.throughput(Throughput::Elements(10));
+    // Served by an index walk in order, stopping after 10 rows (DESIGN §14.1).
+    g.bench_function("TOP 10 ORDER BY indexed n, range on n", |b| {
+        b.iter(|| {
+            count(
+                &indexed,
+                "SELECT TOP 10 * FROM c WHERE c.n >= 500000 ORDER BY c.n",
+            )
+        });
+    });
     g.throughput(Throughput::Elements(n));
     g.bench_function("COUNT(1)", |b| {
         b.iter(|| count(&plain, "SELECT VALUE COUNT(1) FROM c"));

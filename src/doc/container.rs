@@ -519,11 +519,7 @@ impl Container {
         let (rows, cursor) = self.run_query(q, opts, &page)?;
         let items = rows
             .into_iter()
-            .map(|row| {
-                serde_json::from_value(row).map_err(|e| {
-                    Error::BadRequest(format!("a query row does not fit the requested type: {e}"))
-                })
-            })
+            .map(super::query::Out::into_typed)
             .collect::<Result<Vec<T>>>()?;
         Ok(QueryPage {
             items,
@@ -620,7 +616,7 @@ impl Iterator for Items {
 /// The rows of a query, converted to `T` one at a time.
 #[derive(Debug)]
 pub struct QueryResults<T> {
-    rows: std::vec::IntoIter<Value>,
+    rows: std::vec::IntoIter<super::query::Out>,
     _t: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -628,10 +624,7 @@ impl<T: DeserializeOwned> Iterator for QueryResults<T> {
     type Item = Result<T>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let row = self.rows.next()?;
-        Some(serde_json::from_value(row).map_err(|e| {
-            Error::BadRequest(format!("a query row does not fit the requested type: {e}"))
-        }))
+        self.rows.next().map(super::query::Out::into_typed)
     }
 }
 
@@ -643,16 +636,6 @@ pub struct QueryPage<T> {
     /// Where the next page starts (pass it as `QueryOptions::continuation`), or `None` after
     /// the last page.
     pub continuation: Option<String>,
-}
-
-/// Items with their engine keys, parsed.
-pub(super) fn keyed(
-    scan: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>,
-) -> impl Iterator<Item = Result<(Vec<u8>, Value)>> {
-    scan.map(|kv| {
-        let (key, bytes) = kv?;
-        Ok((key, parse_stored(&bytes)?))
-    })
 }
 
 /// A stored item's JSON (a 400 if the bytes are not an item).

@@ -7,10 +7,16 @@
 //! the text is 128 levels deep, with the parser's own limit lifted: the depth is known to be at
 //! most [`MAX_DEPTH`], so the recursion stays bounded. Anything deeper (which the write path
 //! never stores) keeps the parser's error. Ordinary reads pay nothing extra.
+//!
+//! [`parse_fields`] reads only some top-level properties of an item (for a query that needs
+//! no others): the rest of the text is checked by [`skim`](super::skim) as strictly as the
+//! parser checks it, without building values, so it accepts and refuses what [`parse`] does.
 
 use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 
 use super::precheck::MAX_DEPTH;
+use super::skim;
 
 /// The nesting `serde_json`'s parser refuses by default (it accepts up to one less).
 const PARSER_LIMIT: usize = 128;
@@ -30,6 +36,35 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> 
         }
         other => other,
     }
+}
+
+/// Parses a stored item keeping only its top-level properties named in `wanted` (the value
+/// at each in full): for an object, what [`parse`] gives with every other property removed.
+/// Anything that is not an object comes back whole, as from [`parse`].
+///
+/// # Errors
+/// The parser's error when `bytes` is not JSON, as from [`parse`].
+pub(crate) fn parse_fields(bytes: &[u8], wanted: &[String]) -> serde_json::Result<Value> {
+    let mut out = Map::new();
+    let mut bad = false;
+    let skimmed = skim::fields(bytes, wanted, |i, text| {
+        // The skim checked `text`; the parser builds it (a repeated name: the last wins).
+        match serde_json::from_slice(text) {
+            Ok(v) => {
+                out.insert(wanted[i].clone(), v);
+            }
+            Err(_) => bad = true,
+        }
+    });
+    if skimmed.is_ok() && !bad {
+        return Ok(Value::Object(out));
+    }
+    // Not an object, or text the skim does not vouch for: the parser decides.
+    let mut v: Value = parse(bytes)?;
+    if let Value::Object(m) = &mut v {
+        m.retain(|k, _| wanted.contains(k));
+    }
+    Ok(v)
 }
 
 /// The deepest nesting of objects and arrays in JSON text (0 for a scalar), found without
@@ -86,5 +121,97 @@ mod tests {
         assert!(parse::<Value>(nested(MAX_DEPTH + 1).as_bytes()).is_err());
         assert!(parse::<Value>(b"[[1]").is_err());
         assert!(parse::<Value>(format!("{} x", nested(MAX_DEPTH)).as_bytes()).is_err());
+    }
+
+    fn fields(text: &str, wanted: &[&str]) -> serde_json::Result<Value> {
+        let wanted: Vec<String> = wanted.iter().map(|w| (*w).to_string()).collect();
+        parse_fields(text.as_bytes(), &wanted)
+    }
+
+    #[test]
+    fn parse_fields_keeps_only_the_wanted_properties() {
+        let text = r#"{"a": {"x": [1, 2.5]}, "b": "skip \" me", "c\u0041": true, "a": 7}"#;
+        assert_eq!(fields(text, &["a"]).expect("parse"), serde_json::json!({"a": 7}));
+        assert_eq!(
+            fields(text, &["cA", "zz"]).expect("parse"),
+            serde_json::json!({"cA": true})
+        );
+        assert_eq!(fields(text, &[]).expect("parse"), serde_json::json!({}));
+        // Not an object: whole, as `parse` gives it.
+        assert_eq!(fields(" [1, 2]", &["a"]).expect("parse"), serde_json::json!([1, 2]));
+    }
+
+    #[test]
+    fn parse_fields_refuses_what_parse_refuses() {
+        for bad in [
+            "not json",
+            r#"{"a": 1, "b": [1, }"#,
+            r#"{"a": 1, "b": tru}"#,
+            r#"{"a": 1} x"#,
+            r#"{"a": 1, "b": "\x"}"#,
+        ] {
+            assert!(parse::<Value>(bad.as_bytes()).is_err(), "{bad}");
+            assert!(fields(bad, &["a"]).is_err(), "{bad}");
+        }
+        let bad_utf8 = b"{\"a\": 1, \"b\": \"\xff\"}";
+        assert!(parse::<Value>(bad_utf8).is_err());
+        assert!(parse_fields(bad_utf8, &["a".to_string()]).is_err());
+        let deep = format!(r#"{{"a": 1, "b": {}}}"#, nested(MAX_DEPTH - 1));
+        assert_eq!(fields(&deep, &["a"]).expect("128 levels"), serde_json::json!({"a": 1}));
+        let too_deep = format!(r#"{{"a": 1, "b": {}}}"#, nested(MAX_DEPTH));
+        assert!(fields(&too_deep, &["a"]).is_err());
+    }
+
+    /// Random texts from tricky fragments: `parse_fields` agrees with `parse` followed by
+    /// dropping the other properties, in what it accepts and what it returns.
+    #[test]
+    fn parse_fields_agrees_with_parse_on_random_texts() {
+        const PARTS: &[&[u8]] = &[
+            b"{", b"}", b"[", b"]", b",", b":", b" ", b"\"a\"", b"\"b\"", b"\"", b"\\",
+            b"\\\"", b"\\u0041", b"\\ud83d\\ude00", b"\\ud800", b"\\n", b"\\q", b"x",
+            b"0", b"-1", b"1.5", b"1e3", b"01", b"true", b"nul", b"null", b"\t", b"\x01",
+            "\u{e9}".as_bytes(), b"\xc3", b"\xff", b"abcdefgh", b"\"abcdefghijklmnop\"",
+        ];
+        let wanted = ["a".to_string(), "b".to_string()];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut rand = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let (mut ok, mut total) = (0, 0);
+        for _ in 0..200_000 {
+            let mut text = b"{\"a\":".to_vec();
+            for _ in 0..rand(12) {
+                text.extend_from_slice(PARTS[rand(PARTS.len())]);
+            }
+            if rand(2) == 0 {
+                text.extend_from_slice(b"}");
+            }
+            let want = parse::<Value>(&text).map(|mut v| {
+                if let Value::Object(m) = &mut v {
+                    m.retain(|k, _| wanted.contains(k));
+                }
+                v
+            });
+            let got = parse_fields(&text, &wanted);
+            assert_eq!(
+                want.as_ref().ok(),
+                got.as_ref().ok(),
+                "{}",
+                String::from_utf8_lossy(&text)
+            );
+            // The skim itself vouches for exactly the valid objects (no fallback taken).
+            assert_eq!(
+                skim::fields(&text, &wanted, |_, _| {}).is_ok(),
+                want.as_ref().is_ok_and(Value::is_object),
+                "{}",
+                String::from_utf8_lossy(&text)
+            );
+            total += 1;
+            ok += usize::from(want.is_ok());
+        }
+        assert!(ok > total / 100, "too few valid texts: {ok} of {total}");
     }
 }

@@ -287,6 +287,16 @@ impl Keyspace {
         )
     }
 
+    /// Live keys starting with `prefix`, from `start` on, in key order.
+    pub(crate) fn prefix_from(&self, prefix: &[u8], start: &[u8]) -> Iter {
+        Iter::new(
+            self.clone(),
+            Bound::Included(start.to_vec()),
+            Bound::Unbounded,
+            Some(prefix.to_vec()),
+        )
+    }
+
     /// Every live key, in key order.
     pub fn iter(&self) -> Iter {
         Iter::new(self.clone(), Bound::Unbounded, Bound::Unbounded, None)
@@ -453,6 +463,29 @@ impl Iter {
 impl Drop for Iter {
     fn drop(&mut self) {
         self.ks.core.scans.lock().close(self.start);
+    }
+}
+
+impl Iter {
+    /// The next live pair, given to `f`: the value in place where the log is mapped, not
+    /// copied out (a query that keeps few of the items it reads copies only those).
+    pub(crate) fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
+        loop {
+            match self.buf.pop_front() {
+                Some((k, Shown::Value(v))) => return Some(Ok(f(&k, &v))),
+                Some((k, Shown::Entry(e))) => {
+                    let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
+                        continue; // its segment was not published (cannot happen under the lock)
+                    };
+                    return Some(self.ks.inner().with_value(seg, &e, &k, |v| f(&k, v)));
+                }
+                None => {}
+            }
+            if self.done {
+                return None;
+            }
+            self.refill();
+        }
     }
 }
 

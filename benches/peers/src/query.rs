@@ -212,6 +212,20 @@ pub fn run() -> Res<()> {
     })?;
     line("range, indexed (1 %)", e, s);
 
+    // ORDER BY on the indexed number with a range on it and TOP 10: ebbdb walks the index in
+    // order and stops after 10 rows; without the index, a scan keeps the 10 best rows.
+    let text = "SELECT TOP 10 * FROM c WHERE c.n >= 500000 ORDER BY c.n";
+    let e = time(|| rows(&indexed, text))?;
+    let s = time(|| {
+        sq_rows("SELECT body FROM docs_ix WHERE json_extract(body, '$.n') >= 500000 ORDER BY json_extract(body, '$.n') LIMIT 10")
+    })?;
+    line("TOP 10 ORDER BY indexed n, range on n", e, s);
+    let e = time(|| rows(&plain, text))?;
+    let s = time(|| {
+        sq_rows("SELECT body FROM docs WHERE json_extract(body, '$.n') >= 500000 ORDER BY json_extract(body, '$.n') LIMIT 10")
+    })?;
+    line("same, no index (scan, best 10 kept)", e, s);
+
     // Counts.
     let e = time(|| first_u64(&plain, "SELECT VALUE COUNT(1) FROM c").map(|v| v as usize))?;
     let s = time(|| sq_count("SELECT COUNT(*) FROM docs").map(|v| v as usize))?;

@@ -17,17 +17,25 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{keyed, parse_stored, Container};
+use super::Container;
 use crate::doc::index::IndexSet;
 use crate::doc::partition::{self, PartitionKey};
-use crate::doc::query::{self, Chosen, Cursor, PageSpec, Prepared, Query, QueryOptions};
+use crate::doc::query::{
+    self, Chosen, Cursor, Ordered, Out, Owned, PageSpec, Prepared, Query, QueryOptions,
+};
 use crate::error::Result;
 
 /// A query's plan.
 enum Plan {
     LiveCount,
     Point(PartitionKey, String),
-    Index(Arc<IndexSet>, Chosen, Option<PartitionKey>),
+    /// With the path and direction of an `ORDER BY` the index walk serves.
+    Index(
+        Arc<IndexSet>,
+        Chosen,
+        Option<PartitionKey>,
+        Option<(Vec<String>, bool)>,
+    ),
     Partition(PartitionKey),
     Scan,
 }
@@ -37,7 +45,7 @@ impl Plan {
         match self {
             Plan::LiveCount => "count".into(),
             Plan::Point(..) => "point".into(),
-            Plan::Index(_, c, _) => {
+            Plan::Index(_, c, _, _) => {
                 let path = set
                     .and_then(|s| s.paths().get(c.path))
                     .map(|p| p.join("/"))
@@ -75,7 +83,11 @@ impl Container {
                 })
                 .collect();
             if let Some(chosen) = q.index_probe(&usable) {
-                return Plan::Index(set, chosen, pk);
+                // The same path in a lone ORDER BY: walk the index in order.
+                let order = q
+                    .index_order(page)
+                    .filter(|(path, _)| usable.get(chosen.path) == Some(path));
+                return Plan::Index(set, chosen, pk, order);
             }
         }
         match pk {
@@ -111,39 +123,38 @@ impl Container {
         q: &Query,
         opts: &QueryOptions,
         page: &PageSpec,
-    ) -> Result<(Vec<Value>, Option<Cursor>)> {
+    ) -> Result<(Vec<Out>, Option<Cursor>)> {
         let prepared = query::prepare(q)?;
         let plan = self.plan(&prepared, opts, page);
+        let live_count = || Ok((vec![Out::Value(Value::from(self.ks.len()?))], None));
         if matches!(plan, Plan::LiveCount) {
-            return Ok((vec![Value::from(self.ks.len()?)], None));
+            return live_count();
         }
         self.check_exists()?;
         let from = prepared.scan_from(page);
         match plan {
-            Plan::LiveCount => Ok((vec![Value::from(self.ks.len()?)], None)),
+            Plan::LiveCount => live_count(),
             Plan::Point(pk, id) => {
                 let key = partition::encode_key(&pk, &id);
-                let item = self
-                    .ks
-                    .get(&key)?
-                    .map(|bytes| parse_stored(&bytes).map(|v| (key.clone(), v)));
-                prepared.run(item.into_iter(), page)
+                let item = self.ks.get(&key)?.map(|bytes| Ok((key.clone(), bytes)));
+                prepared.run(Owned(item.into_iter()), page)
             }
-            Plan::Index(set, chosen, pk) => {
-                run_indexed(self, prepared, &set, &chosen, pk.as_ref(), from.as_deref(), page)
+            Plan::Index(set, chosen, pk, order) => {
+                let at = IndexedAt {
+                    set: &set,
+                    chosen: &chosen,
+                    pk: pk.as_ref(),
+                    from: from.as_deref(),
+                    order,
+                };
+                run_indexed(self, prepared, &at, page)
             }
             Plan::Partition(pk) => {
                 let prefix = partition::encode_prefix(&pk);
                 match from {
                     // A continued unordered scan seeks to the cursor's item.
-                    Some(start) => {
-                        let scan = self.ks.range(start..);
-                        let within = keyed(scan).take_while(move |r| {
-                            r.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix))
-                        });
-                        prepared.run(within, page)
-                    }
-                    None => prepared.run(keyed(self.ks.prefix(prefix)), page),
+                    Some(start) => prepared.run(self.ks.prefix_from(&prefix, &start), page),
+                    None => prepared.run(self.ks.prefix(prefix), page),
                 }
             }
             Plan::Scan => {
@@ -151,7 +162,7 @@ impl Container {
                     Some(start) => self.ks.range(start..),
                     None => self.ks.iter(),
                 };
-                prepared.run(keyed(scan), page)
+                prepared.run(scan, page)
             }
         }
     }
@@ -181,31 +192,48 @@ impl Container {
     }
 }
 
+/// What an index plan reads: the probe, the partition and start key that bound it, and the
+/// `ORDER BY` it serves, if any.
+struct IndexedAt<'p> {
+    set: &'p IndexSet,
+    chosen: &'p Chosen,
+    pk: Option<&'p PartitionKey>,
+    from: Option<&'p [u8]>,
+    order: Option<(Vec<String>, bool)>,
+}
+
 /// Runs `q` over the items the index probe names (within partition `pk` and from `from` when
 /// given), read through the key directory with a scan's semantics; the whole WHERE runs on
-/// each. An exact `COUNT` reads only the items whose index entry might be stale.
+/// each. An exact `COUNT` reads only the items whose index entry might be stale; an `ORDER
+/// BY` on the probed path walks the index in order and stops when the page is full.
 fn run_indexed(
     c: &Container,
     q: Prepared<'_>,
-    set: &IndexSet,
-    chosen: &Chosen,
-    pk: Option<&PartitionKey>,
-    from: Option<&[u8]>,
+    at: &IndexedAt<'_>,
     page: &PageSpec,
-) -> Result<(Vec<Value>, Option<Cursor>)> {
-    let prefix = pk.map(partition::encode_prefix);
+) -> Result<(Vec<Out>, Option<Cursor>)> {
+    let (set, chosen, from) = (at.set, at.chosen, at.from);
+    let prefix = at.pk.map(partition::encode_prefix);
     let keep = |k: &[u8]| {
         prefix.as_ref().is_none_or(|p| k.starts_with(p)) && from.is_none_or(|f| k >= f)
     };
     if chosen.exact && q.is_filtered_count() && page.after.is_none() {
         let (n, mut picked, unsure) = set.count(&c.ks, chosen.path, &chosen.probe, keep);
         picked.set_keys(unsure);
-        let (rest, _) = q.run(keyed(picked), page)?;
-        let more = rest.first().and_then(Value::as_u64).unwrap_or(0);
+        let (rest, _) = q.run(picked, page)?;
+        let more = rest
+            .first()
+            .and_then(Out::as_value)
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         let total = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(more);
-        return Ok((vec![Value::from(total)], None));
+        return Ok((vec![Out::Value(Value::from(total))], None));
+    }
+    if let Some((path, desc)) = &at.order {
+        let start = set.ordered(&c.ks, chosen.path, &chosen.probe, *desc, &keep);
+        return q.run_presorted(Ordered::new(set, start, &keep, path.clone()), page);
     }
     let (mut picked, keys) = set.candidates(&c.ks, chosen.path, &chosen.probe, keep);
     picked.set_keys(keys);
-    q.run(keyed(picked), page)
+    q.run(picked, page)
 }

@@ -28,6 +28,7 @@
 //!    broken; queries then scan until it is rebuilt (at the next open of the container).
 
 pub(crate) mod encode;
+mod keyhash;
 pub(crate) mod policy;
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,6 +40,7 @@ use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
 use smallvec::SmallVec;
 
+use self::keyhash::KeyHash;
 use crate::engine::{Keyspace, Picked};
 use crate::error::Result;
 
@@ -118,20 +120,30 @@ struct Version {
     enc: Box<[u8]>,
 }
 
-/// The item keys holding one value at one path, with their version counts.
-type Postings = BTreeMap<Box<[u8]>, u32>;
+/// The item keys holding one value at one path, with their version counts. Unordered: a
+/// query sorts the candidates it collects (several values or ranges need merging anyway), and
+/// an insert is a hash, not a search comparing keys that share long prefixes.
+type Postings = HashMap<ItemKey, u32, KeyHash>;
+
+/// An item key, allocated once per tracked key and shared by its postings on every path.
+pub(crate) type ItemKey = Arc<[u8]>;
+
+/// The candidates of one indexed value: its encoding and the item keys holding it.
+pub(crate) type Group = (Box<[u8]>, Vec<ItemKey>);
 
 #[derive(Debug, Default)]
 struct Tables {
     /// Per path: encoded value → item key → how many versions hold that entry (two levels:
-    /// a search compares values, then item keys, never a long shared prefix twice).
+    /// a value's bytes are stored once, and a value is found by one ordered search).
     trees: Vec<BTreeMap<Box<[u8]>, Postings>>,
     /// Item key → the versions with entries (oldest first; usually one).
-    by_key: HashMap<Box<[u8]>, SmallVec<[Version; 1]>>,
+    by_key: HashMap<ItemKey, SmallVec<[Version; 1]>, KeyHash>,
     /// The next version id (0 is the build's).
     next: u64,
     /// Sweep when `by_key` grows past this.
     sweep_at: usize,
+    /// The hash keys of every postings map (drawn once: a new value's map is cheap).
+    hash: KeyHash,
 }
 
 /// The secondary indexes of one container.
@@ -202,21 +214,31 @@ impl IndexSet {
         out.into_boxed_slice()
     }
 
-    fn add_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
+    fn add_entries(&self, t: &mut Tables, key: &ItemKey, enc: &[u8]) {
+        let hash = t.hash;
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
                 let postings = match tree.get_mut(v) {
                     Some(p) => p,
-                    None => tree.entry(v.into()).or_default(),
+                    None => tree
+                        .entry(v.into())
+                        .or_insert_with(|| HashMap::with_hasher(hash)),
                 };
-                match postings.get_mut(key) {
+                match postings.get_mut(&**key) {
                     Some(n) => *n += 1,
                     None => {
-                        postings.insert(key.into(), 1);
+                        postings.insert(Arc::clone(key), 1);
                     }
                 }
             }
         }
+    }
+
+    /// The shared allocation of `key` if it is tracked, else a new one.
+    fn item_key(t: &Tables, key: &[u8]) -> ItemKey {
+        t.by_key
+            .get_key_value(key)
+            .map_or_else(|| Arc::from(key), |(k, _)| Arc::clone(k))
     }
 
     fn remove_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
@@ -249,7 +271,8 @@ impl IndexSet {
         let mut t = self.t.write();
         let id = t.next;
         t.next += 1;
-        self.add_entries(&mut t, key, &enc);
+        let shared = Self::item_key(&t, key);
+        self.add_entries(&mut t, &shared, &enc);
         let v = Version {
             id,
             pending: true,
@@ -258,7 +281,7 @@ impl IndexSet {
         match t.by_key.get_mut(key) {
             Some(list) => list.push(v),
             None => {
-                t.by_key.insert(key.into(), smallvec::smallvec![v]);
+                t.by_key.insert(shared, smallvec::smallvec![v]);
             }
         }
         id
@@ -314,30 +337,42 @@ impl IndexSet {
     /// Drops the settled versions of keys the key directory no longer holds (expired and
     /// reaped, or removed behind the document layer's back).
     fn sweep_locked(&self, t: &mut Tables, ks: &Keyspace) {
-        let keys: Vec<Box<[u8]>> = t.by_key.keys().cloned().collect();
-        for chunk in keys.chunks(1024) {
-            let gone: Vec<&Box<[u8]>> = {
+        // Only the keys that are gone are copied (a reference count each); the key directory
+        // is looked up under its read lock 1,024 keys at a time.
+        let mut gone: Vec<ItemKey> = Vec::new();
+        {
+            let mut keys = t.by_key.keys();
+            loop {
                 let st = ks.core().state.read();
-                chunk
-                    .iter()
-                    .filter(|k| !st.map.contains_key(k.as_ref()))
-                    .collect()
-            };
-            for k in gone {
-                let Some(list) = t.by_key.remove(k.as_ref()) else {
-                    continue;
-                };
-                let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
-                for v in list {
-                    if v.pending {
-                        keep.push(v);
-                    } else {
-                        self.remove_entries(t, k, &v.enc);
+                let mut n = 0;
+                for k in keys.by_ref() {
+                    if !st.map.contains_key(k.as_ref()) {
+                        gone.push(Arc::clone(k));
+                    }
+                    n += 1;
+                    if n == 1024 {
+                        break;
                     }
                 }
-                if !keep.is_empty() {
-                    t.by_key.insert(k.clone(), keep);
+                if n < 1024 {
+                    break;
                 }
+            }
+        }
+        for k in gone {
+            let Some(list) = t.by_key.remove(k.as_ref()) else {
+                continue;
+            };
+            let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
+            for v in list {
+                if v.pending {
+                    keep.push(v);
+                } else {
+                    self.remove_entries(t, &k, &v.enc);
+                }
+            }
+            if !keep.is_empty() {
+                t.by_key.insert(k, keep);
             }
         }
         t.sweep_at = (t.by_key.len() * 2).max(MIN_SWEEP);
@@ -360,8 +395,9 @@ impl IndexSet {
                 if Self::all_absent(&enc) || t.by_key.contains_key(key.as_slice()) {
                     continue;
                 }
-                self.add_entries(&mut t, &key, &enc);
-                t.by_key.entry(key.into()).or_default().push(Version {
+                let shared: ItemKey = Arc::from(key.as_slice());
+                self.add_entries(&mut t, &shared, &enc);
+                t.by_key.entry(shared).or_default().push(Version {
                     id: 0,
                     pending: false,
                     enc,
@@ -425,6 +461,50 @@ impl IndexSet {
         (picked, keys)
     }
 
+    /// An index walk of `probe` on `path` in value order (descending with `desc`), a reader
+    /// registered under the same hold of the lock as the walk's first groups (invariant 2),
+    /// and those groups. [`Walk::more`] takes the next ones, a hold of the lock each.
+    pub(crate) fn ordered(
+        &self,
+        ks: &Keyspace,
+        path: usize,
+        probe: &Probe,
+        desc: bool,
+        keep: &dyn Fn(&[u8]) -> bool,
+    ) -> (Picked, Walk, Vec<Group>) {
+        let mut ranges = probe.ranges();
+        // `IN` lists its values in its own order and may repeat one; encodings are
+        // self-delimiting, so the prefix ranges of distinct values are disjoint.
+        ranges.sort_by(|a, b| bound_cmp(&a.0, &b.0));
+        ranges.dedup();
+        ranges.retain(|(lo, hi)| {
+            !empty_range(&(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice)))
+        });
+        if desc {
+            ranges.reverse();
+        }
+        let mut walk = Walk {
+            path,
+            ranges,
+            desc,
+            at: 0,
+            after: None,
+        };
+        let t = self.t.read();
+        let picked = ks.picked();
+        let first = walk.collect(&t, keep);
+        (picked, walk, first)
+    }
+
+    /// True if `key` holds an entry for the encoded `value` at `path`.
+    pub(crate) fn holds(&self, path: usize, value: &[u8], key: &[u8]) -> bool {
+        let t = self.t.read();
+        t.trees
+            .get(path)
+            .and_then(|tree| tree.get(value))
+            .is_some_and(|p| p.contains_key(key))
+    }
+
     /// `COUNT` of the live items whose value at `path` satisfies `probe` exactly, without
     /// reading an item where the index is known to hold the item's current version (one
     /// settled version); the others are returned with a registered reader, to be read and
@@ -443,9 +523,7 @@ impl IndexSet {
         let mut n = 0usize;
         let mut unsure = Vec::new();
         if let Some(tree) = t.trees.get(path) {
-            // The key directory under one read lock: a consistent cut (writes are held at the
-            // index lock meanwhile, and none is in flight for a key with one settled version).
-            let st = ks.core().state.read();
+            let mut keys: Vec<&[u8]> = Vec::new();
             for (lo, hi) in &ranges {
                 let bounds = (
                     lo.as_ref().map(Vec::as_slice),
@@ -454,19 +532,23 @@ impl IndexSet {
                 if empty_range(&bounds) {
                     continue;
                 }
-                for key in tree.range::<[u8], _>(bounds).flat_map(|(_, p)| p.keys()) {
-                    let key: &[u8] = key;
-                    if !keep(key) {
-                        continue;
-                    }
-                    match t.by_key.get(key).map(SmallVec::as_slice) {
-                        Some([v]) if !v.pending => {
-                            if st.live(key, now).is_some() {
-                                n += 1;
-                            }
+                let found = tree.range::<[u8], _>(bounds).flat_map(|(_, p)| p.keys());
+                keys.extend(found.map(|k| &**k).filter(|k| keep(k)));
+            }
+            // In key order: consecutive lookups in the key directory then share its nodes.
+            keys.sort_unstable();
+            keys.dedup();
+            // The key directory under one read lock: a consistent cut (writes are held at the
+            // index lock meanwhile, and none is in flight for a key with one settled version).
+            let st = ks.core().state.read();
+            for key in keys {
+                match t.by_key.get(key).map(SmallVec::as_slice) {
+                    Some([v]) if !v.pending => {
+                        if st.live(key, now).is_some() {
+                            n += 1;
                         }
-                        _ => unsure.push(key.to_vec()),
                     }
+                    _ => unsure.push(key.to_vec()),
                 }
             }
         }
@@ -479,8 +561,102 @@ impl IndexSet {
     /// Entries held (all paths) and item keys tracked, for tests and the design note.
     pub(crate) fn size(&self) -> (usize, usize) {
         let t = self.t.read();
-        let entries = t.trees.iter().flat_map(BTreeMap::values).map(BTreeMap::len).sum();
+        let entries = t.trees.iter().flat_map(BTreeMap::values).map(HashMap::len).sum();
         (entries, t.by_key.len())
+    }
+}
+
+/// Orders lower bounds (ranges from `Probe::ranges` start included or unbounded).
+fn bound_cmp(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> std::cmp::Ordering {
+    let key = |x: &Bound<Vec<u8>>| match x {
+        Bound::Unbounded => None,
+        Bound::Included(v) | Bound::Excluded(v) => Some(v.clone()),
+    };
+    key(a).cmp(&key(b))
+}
+
+/// Where an index walk in value order stands: the probe's ranges in walk order, the range
+/// being walked and the last value taken from it.
+#[derive(Debug)]
+pub(crate) struct Walk {
+    path: usize,
+    ranges: Ranges,
+    desc: bool,
+    at: usize,
+    after: Option<Vec<u8>>,
+}
+
+/// How many item keys a walk takes per hold of the lock (whole groups: at least one).
+const WALK_BATCH: usize = 128;
+
+impl Walk {
+    /// The next groups (see [`IndexSet::ordered`]); empty when the walk is over.
+    pub(crate) fn more(&mut self, set: &IndexSet, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Group> {
+        let t = set.t.read();
+        self.collect(&t, keep)
+    }
+
+    /// True if encoded `a` comes after encoded `b` in the walk's order.
+    pub(crate) fn is_after(&self, a: &[u8], b: &[u8]) -> bool {
+        if self.desc {
+            a < b
+        } else {
+            a > b
+        }
+    }
+
+    /// The path's position in the index set.
+    pub(crate) fn path(&self) -> usize {
+        self.path
+    }
+
+    fn collect(&mut self, t: &Tables, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Group> {
+        let mut out: Vec<Group> = Vec::new();
+        let mut taken = 0;
+        let Some(tree) = t.trees.get(self.path) else {
+            return out;
+        };
+        while let Some((lo, hi)) = self.ranges.get(self.at) {
+            let (mut lo, mut hi) = (
+                lo.as_ref().map(Vec::as_slice),
+                hi.as_ref().map(Vec::as_slice),
+            );
+            if let Some(after) = &self.after {
+                if self.desc {
+                    hi = Bound::Excluded(after.as_slice());
+                } else {
+                    lo = Bound::Excluded(after.as_slice());
+                }
+            }
+            let mut full = false;
+            if !empty_range(&(lo, hi)) {
+                let range = tree.range::<[u8], _>((lo, hi));
+                let groups: Box<dyn Iterator<Item = (&Box<[u8]>, &Postings)>> = if self.desc {
+                    Box::new(range.rev())
+                } else {
+                    Box::new(range)
+                };
+                for (value, postings) in groups {
+                    let keys: Vec<ItemKey> =
+                        postings.keys().filter(|k| keep(k)).cloned().collect();
+                    self.after = Some(value.to_vec());
+                    if !keys.is_empty() {
+                        taken += keys.len();
+                        out.push((value.clone(), keys));
+                    }
+                    if taken >= WALK_BATCH {
+                        full = true;
+                        break;
+                    }
+                }
+            }
+            if full {
+                break;
+            }
+            self.at += 1;
+            self.after = None;
+        }
+        out
     }
 }
 

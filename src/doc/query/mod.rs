@@ -16,10 +16,14 @@
 mod ast;
 mod eval;
 mod lexer;
+mod ordered;
 mod parser;
 mod plan;
+mod shape;
 
+pub(crate) use ordered::Ordered;
 pub(crate) use plan::Chosen;
+pub(crate) use shape::{Out, Owned, Source};
 
 use std::collections::{HashMap, HashSet};
 
@@ -27,6 +31,7 @@ use serde_json::{Map, Value};
 
 use self::ast::{AggFn, Expr, Projection, Select};
 use self::eval::{eval, order, Ctx, Val};
+use self::shape::Shape;
 use super::partition::PartitionKey;
 use crate::error::{Error, Result};
 
@@ -370,6 +375,7 @@ impl Predicate {
 pub(crate) struct Prepared<'a> {
     select: Select,
     params: &'a HashMap<String, Value>,
+    shape: Shape,
 }
 
 /// Parses and checks `query` (400 on any problem, before anything is read).
@@ -377,6 +383,7 @@ pub(crate) fn prepare(query: &Query) -> Result<Prepared<'_>> {
     let select = parser::parse(&query.text)?;
     check(&select, &query.params)?;
     Ok(Prepared {
+        shape: Shape::of(&select),
         select,
         params: &query.params,
     })
@@ -437,14 +444,53 @@ impl Prepared<'_> {
             && !q.distinct
     }
 
-    /// Runs over `items` (live items with their engine keys, in key order, one `now`),
-    /// returning one page of result rows and, if more follow, where the next page starts.
+    /// Runs over `items` (live items' engine keys and stored text, in key order, one
+    /// `now`), returning one page of result rows and, if more follow, where the next page
+    /// starts.
     pub(crate) fn run(
         self,
-        items: impl Iterator<Item = Result<(Vec<u8>, Value)>>,
+        items: impl Source,
         page: &PageSpec,
-    ) -> Result<(Vec<Value>, Option<Cursor>)> {
-        run_select(&self.select, self.params, items, page)
+    ) -> Result<(Vec<Out>, Option<Cursor>)> {
+        run_select(&self.select, &self.shape, self.params, items, page, false)
+    }
+
+    /// As [`Prepared::run`], over items that come in the query's `ORDER BY` order (an index
+    /// walk, `ordered.rs`): the runner stops once the page is full.
+    pub(crate) fn run_presorted(
+        self,
+        items: impl Source,
+        page: &PageSpec,
+    ) -> Result<(Vec<Out>, Option<Cursor>)> {
+        run_select(&self.select, &self.shape, self.params, items, page, true)
+    }
+
+    /// The path and direction of a single `ORDER BY c.<path>` that an index walk can serve:
+    /// no JOIN, DISTINCT, GROUP BY or aggregate, and a bound (TOP, LIMIT or a page size), so
+    /// that stopping early pays.
+    pub(crate) fn index_order(&self, page: &PageSpec) -> Option<(Vec<String>, bool)> {
+        let q = &self.select;
+        let [(e, desc)] = q.order_by.as_slice() else {
+            return None;
+        };
+        let aggregate = match &q.projection {
+            Projection::Value(e) => e.has_aggregate(),
+            Projection::Fields(f) => f.iter().any(|(_, e)| e.has_aggregate()),
+            Projection::Star => false,
+        };
+        let bounded = q.top.is_some() || q.offset_limit.is_some() || page.max.is_some();
+        if !q.joins.is_empty() || q.distinct || !q.group_by.is_empty() || aggregate || !bounded
+        {
+            return None;
+        }
+        let mut path = Vec::new();
+        let mut at = e;
+        while let Expr::Prop(base, name) = at {
+            path.push(name.clone());
+            at = base;
+        }
+        path.reverse();
+        (matches!(at, Expr::Root) && !path.is_empty()).then_some((path, *desc))
     }
 }
 
@@ -476,33 +522,30 @@ fn is_path(e: &Expr, path: &[String]) -> bool {
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub fn run_over(query: &Query, docs: Vec<Value>) -> Result<Vec<Value>> {
-    let keyed = docs
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| Ok(((i as u64).to_be_bytes().to_vec(), v)));
-    prepare(query)?
-        .run(keyed, &PageSpec::default())
-        .map(|(rows, _)| rows)
+    run(query, docs.into_iter().map(Ok))
 }
 
 /// Runs `query` over `items` (live items, one `now`), returning the result rows.
-#[cfg(test)]
+#[cfg(any(test, feature = "test-hooks"))]
 pub(crate) fn run(query: &Query, items: impl Iterator<Item = Result<Value>>) -> Result<Vec<Value>> {
-    let keyed = items
-        .enumerate()
-        .map(|(i, r)| r.map(|v| ((i as u64).to_be_bytes().to_vec(), v)));
-    prepare(query)?
-        .run(keyed, &PageSpec::default())
-        .map(|(rows, _)| rows)
+    let keyed = items.enumerate().map(|(i, r)| {
+        let text = serde_json::to_vec(&r?).map_err(|e| bad(e.to_string()))?;
+        Ok(((i as u64).to_be_bytes().to_vec(), text))
+    });
+    let (rows, _) = prepare(query)?.run(Owned(keyed), &PageSpec::default())?;
+    rows.into_iter().map(Out::into_value).collect()
 }
 
 /// One row: the item, its engine key, which combination of `JOIN` elements it is, and the
 /// current element of each `JOIN` alias.
 struct Row {
+    /// The item, or only the properties the query reads (`shape.rs`).
     doc: Value,
     item: Vec<u8>,
     join: usize,
     vars: Vec<Value>,
+    /// The stored text, when it is the row's result (`Shape::stored_rows`).
+    stored: Option<Vec<u8>>,
 }
 
 impl Row {
@@ -520,6 +563,7 @@ impl Row {
 fn expand(
     item: Vec<u8>,
     doc: Value,
+    stored: Option<Vec<u8>>,
     joins: &[(String, Expr)],
     params: &HashMap<String, Value>,
 ) -> Vec<Row> {
@@ -528,6 +572,7 @@ fn expand(
         item,
         join: 0,
         vars: Vec::new(),
+        stored,
     }];
     for (_, array) in joins {
         let mut next = Vec::new();
@@ -541,6 +586,7 @@ fn expand(
                         item: row.item.clone(),
                         join: 0,
                         vars,
+                        stored: None,
                     });
                 }
             }
@@ -576,6 +622,13 @@ fn project(q: &Select, row: &Row, params: &HashMap<String, Value>) -> Val {
             Some(Value::Object(m))
         }
     }
+}
+
+/// True when the query's WHERE (if any) is `true` for the row.
+fn passes(q: &Select, doc: &Value, vars: &[Value], params: &HashMap<String, Value>) -> bool {
+    q.filter
+        .as_ref()
+        .is_none_or(|f| eval(f, &Ctx { doc, vars, params }) == Some(Value::Bool(true)))
 }
 
 /// Where a page of a query resumes.
@@ -619,10 +672,12 @@ fn position_cmp(
 
 fn run_select(
     q: &Select,
+    shape: &Shape,
     params: &HashMap<String, Value>,
-    items: impl Iterator<Item = Result<(Vec<u8>, Value)>>,
+    mut items: impl Source,
     page: &PageSpec,
-) -> Result<(Vec<Value>, Option<Cursor>)> {
+    presorted: bool,
+) -> Result<(Vec<Out>, Option<Cursor>)> {
     let top = q
         .top
         .as_ref()
@@ -673,23 +728,38 @@ fn run_select(
         (r, m) => r.or(m.map(|m| m.saturating_add(1))),
     }
     .map(|w| w.saturating_add(skip));
-    let early_stop = (q.order_by.is_empty() && positional)
+    // Items in result order (no ORDER BY, or an index walk in its order) let the scan stop.
+    let early_stop = ((q.order_by.is_empty() || presorted) && positional)
         .then_some(needed)
         .flatten();
     let sorted_bound = (!q.order_by.is_empty() && positional)
         .then_some(needed)
         .flatten();
-    'items: for item in items {
-        let (key, doc) = item?;
-        for row in expand(key, doc, &q.joins, params) {
+    // Without JOIN a row is its item: the WHERE runs while the engine lends the item's
+    // text, and only the items it keeps are copied.
+    let prefilter = q.joins.is_empty();
+    'items: loop {
+        if early_stop.is_some_and(|n| rows.len() >= n) {
+            break;
+        }
+        let next = items.next_with(|key, text| {
+            let doc = shape.parse(text)?;
+            if prefilter && !passes(q, &doc, &[], params) {
+                return Ok(None);
+            }
+            Ok(Some((key.to_vec(), doc, shape.stored_rows.then(|| text.to_vec()))))
+        });
+        let Some(item) = next else { break };
+        let Some((key, doc, stored)) = item? else {
+            continue;
+        };
+        for row in expand(key, doc, stored, &q.joins, params) {
             if early_stop.is_some_and(|n| rows.len() >= n) {
                 break 'items;
             }
             let cx = row.cx(params);
-            if let Some(f) = &q.filter {
-                if eval(f, &cx) != Some(Value::Bool(true)) {
-                    continue;
-                }
+            if !prefilter && !passes(q, &row.doc, &row.vars, params) {
+                continue;
             }
             let keys: Vec<Val> = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
             if let Some(after) = after {
@@ -726,13 +796,15 @@ fn run_select(
             (Some(r), Some(m)) => Some(r.min(m)),
             (r, m) => r.or(m),
         };
-        for (keys, row) in rows.into_iter().skip(skip) {
+        for (keys, mut row) in rows.into_iter().skip(skip) {
             if cap.is_some_and(|c| count >= c) {
                 more = remaining.is_none_or(|r| count < r);
                 break;
             }
-            if let Some(v) = project(q, &row, params) {
-                out.push(v);
+            if let Some(text) = row.stored.take() {
+                out.push(Out::Stored(text));
+            } else if let Some(v) = project(q, &row, params) {
+                out.push(Out::Value(v));
             }
             count += 1;
             last = Some((keys, row.item, row.join));
@@ -829,10 +901,10 @@ fn run_select(
         }
         None => 0,
     };
-    let rest: Vec<Value> = out.into_iter().skip(start).collect();
+    let rest: Vec<Out> = out.into_iter().skip(start).map(Out::Value).collect();
     match page.max {
         Some(m) if rest.len() > m => {
-            let page_rows: Vec<Value> = rest.into_iter().take(m).collect();
+            let page_rows: Vec<Out> = rest.into_iter().take(m).collect();
             Ok((page_rows, Some(Cursor::Index(start + m))))
         }
         _ => Ok((rest, None)),
@@ -874,6 +946,7 @@ fn aggregate_expr(e: &Expr, rows: &[Row], params: &HashMap<String, Value>) -> Va
         item: Vec::new(),
         join: 0,
         vars: Vec::new(),
+        stored: None,
     };
     let first = rows.first().unwrap_or(&empty);
     eval(&replaced, &first.cx(params))

@@ -63,6 +63,26 @@ impl Picked {
         self.now
     }
 
+    /// The next live pair, given to `f` with the value in place (see `Iter::next_with`).
+    pub(crate) fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
+        loop {
+            match self.buf.pop_front() {
+                Some((k, Shown::Value(v))) => return Some(Ok(f(&k, &v))),
+                Some((k, Shown::Entry(e))) => {
+                    let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
+                        continue; // its segment was not published (cannot happen under the lock)
+                    };
+                    return Some(self.ks.inner().with_value(seg, &e, &k, |v| f(&k, v)));
+                }
+                None => {}
+            }
+            if self.keys.is_empty() {
+                return None;
+            }
+            self.refill();
+        }
+    }
+
     fn refill(&mut self) {
         let st = self.ks.core.state.read();
         let scans = self.ks.core.scans.lock();

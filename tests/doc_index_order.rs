@@ -1,0 +1,150 @@
+//! `ORDER BY` served by a secondary index (`query/ordered.rs`): with a WHERE term on the
+//! ordered path and a bound, the index is walked in value order and the walk stops when the
+//! page is full. Results are those of the same query without an index, stale entries
+//! included; a damaged item past the bound is never read.
+
+mod common;
+
+use ebbdb::{Container, ContainerProperties, Database, DefaultTtl, Query, QueryOptions};
+use serde_json::{json, Value};
+
+fn containers(db: &Database) -> (Container, Container) {
+    let plain = db
+        .create_container(
+            ContainerProperties::new("plain", "/pk").with_default_ttl(DefaultTtl::NeverExpire),
+        )
+        .expect("plain");
+    let indexed = db
+        .create_container(
+            ContainerProperties::new("indexed", "/pk")
+                .with_default_ttl(DefaultTtl::NeverExpire)
+                .with_included_paths(["/n/?", "/s/?", "/o/k/?"]),
+        )
+        .expect("indexed");
+    (plain, indexed)
+}
+
+fn rows(c: &Container, text: &str) -> Vec<Value> {
+    c.query::<Value>(&Query::new(text))
+        .and_then(|rows| rows.collect())
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+fn paged(c: &Container, text: &str, size: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut token = None;
+    loop {
+        let page = c
+            .query_page::<Value>(
+                &Query::new(text),
+                &QueryOptions::default()
+                    .max_item_count(size)
+                    .continuation(token),
+            )
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        out.extend(page.items);
+        match page.continuation {
+            Some(t) => token = Some(t),
+            None => return out,
+        }
+    }
+}
+
+/// Items with repeated values (1 and 1.0 alike), values of other types at the path, missing
+/// values, and a detour through other values first so that stale entries exist.
+fn fill(plain: &Container, indexed: &Container) {
+    let n_of = |i: u64| -> Value {
+        match i % 9 {
+            0 => json!(null),
+            1 => json!("seven"),
+            2 => json!([1, 2]),
+            3 => json!(1.0),
+            4 => json!(1),
+            _ => json!((i * 37) % 23),
+        }
+    };
+    // More items than a walk takes per hold of the lock, so long walks take several.
+    for i in 0..400u64 {
+        let pk = format!("p{}", i % 4);
+        let mut item = json!({
+            "id": format!("{i:03}"),
+            "pk": pk,
+            "s": format!("s{}", (i * 7) % 11),
+            "o": {"k": i % 5},
+        });
+        if i % 13 != 0 {
+            item["n"] = n_of(i);
+        }
+        // A first version with other values: its entries go stale when it is replaced.
+        let mut first = item.clone();
+        first["n"] = json!(1000 - i);
+        first["s"] = json!(format!("z{i}"));
+        indexed.create_item(&first).expect("create");
+        indexed
+            .replace_item(pk.as_str(), &format!("{i:03}"), &item)
+            .expect("replace");
+        plain.create_item(&item).expect("create");
+    }
+}
+
+#[test]
+fn an_index_walk_in_order_gives_the_unindexed_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open_with(dir.path(), common::opts(&common::clock())).expect("open");
+    let (plain, indexed) = containers(&db);
+    fill(&plain, &indexed);
+    for text in [
+        "SELECT TOP 7 VALUE c.id FROM c WHERE c.n >= 3 ORDER BY c.n",
+        "SELECT TOP 7 VALUE c.id FROM c WHERE c.n >= 3 ORDER BY c.n DESC",
+        "SELECT TOP 5 c.id, c.n FROM c WHERE c.n <= 1 ORDER BY c.n DESC",
+        "SELECT TOP 9 VALUE c.id FROM c WHERE c.n = 1 ORDER BY c.n",
+        "SELECT TOP 12 VALUE c.id FROM c WHERE c.n IN (4, 1, 4, 20) ORDER BY c.n DESC",
+        "SELECT TOP 6 c.id, c.n, c.o FROM c WHERE c.n BETWEEN 2 AND 15 AND c.pk != 'p1' ORDER BY c.n",
+        "SELECT VALUE c.id FROM c WHERE c.n > 5 ORDER BY c.n OFFSET 4 LIMIT 6",
+        "SELECT TOP 8 VALUE c.id FROM c WHERE STARTSWITH(c.s, 's1') ORDER BY c.s DESC",
+        "SELECT TOP 8 VALUE c.s FROM c WHERE c.s > 's3' ORDER BY c.s",
+        "SELECT TOP 10 VALUE c.id FROM c WHERE c.o.k >= 1 ORDER BY c.o.k DESC",
+        "SELECT TOP 3 VALUE c.id FROM c WHERE c.n >= 100 ORDER BY c.n",
+        "SELECT TOP 0 VALUE c.id FROM c WHERE c.n >= 0 ORDER BY c.n",
+        "SELECT TOP 300 VALUE c.id FROM c WHERE c.n >= 0 ORDER BY c.n",
+        "SELECT TOP 300 VALUE c.id FROM c WHERE c.n >= 1 ORDER BY c.n DESC",
+        "SELECT TOP 250 VALUE c.id FROM c WHERE c.n IN (22, 1, 5, 9, 0) ORDER BY c.n DESC",
+        "SELECT TOP 250 VALUE c.id FROM c WHERE c.s >= 's' ORDER BY c.s",
+    ] {
+        let want = rows(&plain, text);
+        assert_eq!(rows(&indexed, text), want, "{text}");
+        for size in [1, 4] {
+            assert_eq!(paged(&indexed, text, size), want, "{text} in pages of {size}");
+        }
+    }
+    // Unbounded, the page size is the bound.
+    let text = "SELECT VALUE c.id FROM c WHERE c.n >= 2 ORDER BY c.n DESC";
+    assert_eq!(paged(&indexed, text, 5), rows(&plain, text));
+}
+
+#[test]
+fn the_walk_stops_when_the_page_is_full() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open_with(dir.path(), common::opts(&common::clock())).expect("open");
+    let (_plain, indexed) = containers(&db);
+    for i in 0..50u64 {
+        indexed
+            .create_item(&json!({"id": format!("{i:03}"), "pk": "a", "n": i}))
+            .expect("create");
+    }
+    // The item with the largest `n` is damaged behind the index's back: its entry stays.
+    let junk = ebbdb::doc::partition::encode_key(&"a".into(), "049");
+    indexed.keyspace().put(&junk, b"not json").expect("raw put");
+    let top = "SELECT TOP 3 VALUE c.n FROM c WHERE c.n >= 10 ORDER BY c.n";
+    assert_eq!(rows(&indexed, top), vec![json!(10), json!(11), json!(12)]);
+    // Reading every candidate (no bound), or walking from the other end, meets it.
+    for text in [
+        "SELECT VALUE c.n FROM c WHERE c.n >= 10 ORDER BY c.n",
+        "SELECT TOP 3 VALUE c.n FROM c WHERE c.n >= 10 ORDER BY c.n DESC",
+    ] {
+        let e = indexed
+            .query::<Value>(&Query::new(text))
+            .expect_err("the damaged item is read");
+        assert_eq!(e.status_code(), 400, "{text}: {e}");
+    }
+}
