@@ -162,8 +162,9 @@ pub fn write_all_at(file: &File, path: &Path, buf: &[u8], at: u64) -> io::Result
 /// What one tracked directory has made durable.
 struct Tracker {
     dir: PathBuf,
-    /// Durable content by inode, with a handle that keeps the inode from being reused.
-    content: HashMap<u64, (File, Vec<u8>)>,
+    /// Durable content by inode, with a handle that keeps the inode from being reused, and the
+    /// stamp of the read that took it.
+    content: HashMap<u64, (File, Vec<u8>, u64)>,
     /// Durable directory entries: name → inode.
     names: BTreeMap<String, u64>,
     /// fsyncs (file or directory) counted so far.
@@ -180,6 +181,19 @@ impl Tracker {
 
 static TRACKING: AtomicBool = AtomicBool::new(false);
 static TRACKERS: Mutex<Vec<Tracker>> = Mutex::new(Vec::new());
+
+/// Orders what fsyncs read: a file's content is recorded only if it was read after the content
+/// already recorded for that inode. Two fsyncs of one file racing (the worker's sync-behind and
+/// a caller's `sync`) used to record in the order they finished, so an older read could
+/// replace a newer one and the model lost bytes that were durable.
+static STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Held across a directory fsync's listing, the fsync and its recording, so the listing
+/// recorded last is the one taken last. Racing directory fsyncs (a hint's rename on the
+/// worker, a manifest's in the foreground) used to record in the order they finished: an older
+/// listing replaced a newer one, and after a power loss the model put back an old MANIFEST or
+/// a MANIFEST naming a segment missing from the directory.
+static DIR_SYNC: Mutex<()> = Mutex::new(());
 
 /// Files of the model: everything in the directory but the lock file.
 fn model_files(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
@@ -211,7 +225,7 @@ pub fn track(dir: &Path) -> io::Result<()> {
         let file = File::open(&path)?;
         let ino = file.metadata()?.ino();
         let bytes = std::fs::read(&path)?;
-        t.content.insert(ino, (file, bytes));
+        t.content.insert(ino, (file, bytes, 0));
         t.names.insert(name, ino);
     }
     let mut all = TRACKERS.lock();
@@ -275,7 +289,7 @@ pub fn power_loss(dir: &Path) -> io::Result<()> {
         std::fs::remove_file(path)?;
     }
     for (name, ino) in &t.names {
-        let bytes = t.content.get(ino).map_or(&[][..], |(_, b)| b.as_slice());
+        let bytes = t.content.get(ino).map_or(&[][..], |(_, b, _)| b.as_slice());
         std::fs::write(dir.join(name), bytes)?;
     }
     Ok(())
@@ -332,10 +346,11 @@ pub fn sync_file(file: &File, path: &Path, data_only: bool) -> io::Result<()> {
     // What the fsync is sure to cover: the content before it starts.
     let before = if TRACKING.load(Ordering::Relaxed) {
         with_tracker(path, |_| ()).and_then(|()| {
+            let stamp = STAMP.fetch_add(1, Ordering::SeqCst);
             let handle = File::open(path).ok()?;
             let ino = handle.metadata().ok()?.ino();
             let bytes = std::fs::read(path).ok()?;
-            Some((ino, handle, bytes))
+            Some((ino, handle, bytes, stamp))
         })
     } else {
         None
@@ -345,11 +360,11 @@ pub fn sync_file(file: &File, path: &Path, data_only: bool) -> io::Result<()> {
     } else {
         file.sync_all()?;
     }
-    if let Some((ino, handle, bytes)) = before {
+    if let Some((ino, handle, bytes, stamp)) = before {
         with_tracker(path, |t| {
             t.syncs += 1;
-            if !t.frozen() {
-                t.content.insert(ino, (handle, bytes));
+            if !t.frozen() && t.content.get(&ino).is_none_or(|(_, _, had)| *had < stamp) {
+                t.content.insert(ino, (handle, bytes, stamp));
             }
         });
     }
@@ -364,6 +379,7 @@ pub fn sync_file(file: &File, path: &Path, data_only: bool) -> io::Result<()> {
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     check(dir, FaultKind::Sync)?;
     stall(dir);
+    let _serial = TRACKING.load(Ordering::Relaxed).then(|| DIR_SYNC.lock());
     let listing = if TRACKING.load(Ordering::Relaxed) && with_tracker(dir, |_| ()).is_some() {
         let mut names = BTreeMap::new();
         let mut handles = Vec::new();
@@ -388,7 +404,7 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
             // A name whose file was never fsynced keeps no content (it reads back empty),
             // unless the file's content was recorded earlier.
             for (ino, f) in handles {
-                t.content.entry(ino).or_insert((f, Vec::new()));
+                t.content.entry(ino).or_insert((f, Vec::new(), 0));
             }
             t.names = names;
         });

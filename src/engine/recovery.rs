@@ -306,7 +306,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             let KeyspaceState {
                 history, census, ..
             } = &mut state;
-            let mut file_live: Vec<(u32, FileLive)> = Vec::new();
+            // Hashed: survivors come in key order, so with keys written in random order each
+            // one is in another file (a list search cost keys × files: 1 s for 400 k keys in
+            // 6,350 segments).
+            let mut file_live: HashMap<u32, FileLive> = HashMap::new();
             pairs.retain_mut(|(key, e)| {
                 if e.flags & LOADED_TOMBSTONE != 0 {
                     return false;
@@ -328,10 +331,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                     );
                 }
                 census.add(e);
-                let live = match file_live.last_mut() {
-                    Some((f, live)) if *f == e.file => live,
-                    _ => slot(&mut file_live, e.file),
-                };
+                let live = file_live.entry(e.file).or_default();
                 live.bytes += u64::from(e.len);
                 live.dies_by = live.dies_by.max(at);
                 true
