@@ -197,23 +197,12 @@ pub fn decode(b: &[u8], segment_id: u32) -> Result<Vec<HintEntry>, DecodeError> 
 pub fn visit(
     b: &[u8],
     segment_id: u32,
-    mut f: impl FnMut(&Meta, &[u8], u32, u32),
+    f: impl FnMut(&Meta, &[u8], u32, u32),
 ) -> Result<u64, DecodeError> {
-    let (body_end, count, version) = check(b, segment_id)?;
-    let walk = if version == HINT_VERSION {
-        walk_compact
-    } else {
-        walk_fixed
-    };
-    let mut seen = 0u64;
-    // First pass validates every entry; the second hands them out, so a bad entry late in
+    // A first pass validates every entry; the second hands them out, so a bad entry late in
     // the file cannot leave the caller with half a segment.
-    walk(b, body_end, &mut |_, _, _, _| seen += 1)?;
-    if seen != count {
-        return Err(DecodeError::BadLength);
-    }
-    walk(b, body_end, &mut f)?;
-    Ok(count)
+    visit_once(b, segment_id, |_| {}, |_, _, _, _| {})?;
+    visit_once(b, segment_id, |_| {}, f)
 }
 
 /// Like [`visit`], but decodes the entries once, handing each out as it is decoded: `count` is
