@@ -110,6 +110,7 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
     let mut rng = Xs(0x9E37_79B9_7F4A_7C15);
     let start = Instant::now();
     let mut next_sample = 1;
+    let mut last_written = 0u64;
     let mut written = 0u64;
     let mut batch_times = Vec::new();
     // (second, disk bytes, live bytes)
@@ -173,14 +174,17 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
         let elapsed = start.elapsed().as_secs();
         if elapsed >= next_sample {
             next_sample = elapsed + 1;
+            let written_last_sample = std::mem::replace(&mut last_written, written);
             let s = store.stats();
             samples.push((elapsed, dir_bytes(dir.path()), s.live_bytes));
             peak_live = peak_live.max(s.live_items);
             if std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok() {
                 println!(
-                    "    t={elapsed}s live {} expired-unpurged {} timers {} segments {} merges {} expirations {} rss {} MiB",
+                    "    t={elapsed}s writes {} live {} expired-unpurged {} backlog {} timers {} segments {} merges {} expirations {} rss {} MiB",
+                    written - written_last_sample,
                     s.live_items,
                     s.expired_items,
+                    s.expiry_backlog,
                     s.timers_armed,
                     s.segments,
                     s.merges,

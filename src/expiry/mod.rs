@@ -68,8 +68,11 @@ fn sweep_min() -> usize {
     }
 }
 
-/// Fired timers the worker takes from the backlog at a time.
-const REAP_SLICE: usize = 16 * REAP_CHUNK;
+/// Fired timers the worker takes from the backlog at a time. Each slice is handled in key order
+/// within each second, so the larger it is, the closer together its keys lie in the map and
+/// the more of each descent is already in cache: 16,384 reaped ~490 k timers/s against a
+/// writer in a 4 M-key keyspace, 65,536 ~600 k/s (DESIGN.md §11).
+const REAP_SLICE: usize = 64 * REAP_CHUNK;
 
 /// Seconds expiry may lag behind the clock (timers due and not yet taken for handling) before
 /// every write helps. The worker reaps at each tick (250 ms by default) and, while a backlog is
@@ -237,6 +240,10 @@ impl Inner {
                 stale += timers.len();
                 continue;
             };
+            // Key order within each second: consecutive descents share the upper nodes of the
+            // map, which stay in cache (deadline order between seconds is kept for events).
+            let mut timers = timers;
+            timers.sort_unstable_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
             let mut timers = timers.into_iter().peekable();
             while timers.peek().is_some() {
                 let mut st = core.state.write();
