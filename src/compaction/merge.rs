@@ -36,9 +36,9 @@ use crate::engine::Inner;
 use crate::error::{Error, IoContext, Result};
 use crate::faults::{self, FaultKind};
 use crate::format::hint::HintWriter;
-use crate::format::record::{self, Kind, Meta, FLAG_MARKER, FLAG_SHADOWS};
+use crate::format::record::{self, Kind, Meta, Record, FLAG_MARKER, FLAG_SHADOWS};
 use crate::format::SegmentHeader;
-use crate::keydir::KeyspaceCore;
+use crate::keydir::{KeyspaceCore, KeyspaceState};
 use crate::log::manifest::{Manifest, SealedSegment};
 use crate::log::scan::{scan, scan_all, ScanEnd};
 use crate::log::segment::Segment;
@@ -188,6 +188,128 @@ struct Move {
     len: u32,
 }
 
+/// Records of one input decided per hold of a keyspace's read lock. Taking the lock per record
+/// let every decision queue behind the writer and the reaper (a waiting writer holds new
+/// readers back): with TTLs spread over a minute, a merge of half-dead segments copied about a
+/// thousand records a second and the worker merged once in two minutes while dead bytes piled
+/// up (DESIGN.md §7).
+const DECIDE_PER_LOCK: usize = 512;
+
+/// A merge reads at most this many segments' worth of input (the policy picks overdue, then
+/// the deadest); the rest waits for the next merge, which the worker starts after its next
+/// expiry pass. One merge of every half-dead segment at once (35 segments, 2 GiB) ran for tens
+/// of seconds while dead bytes kept piling up in the segments it had not reached.
+const MERGE_INPUT_SEGMENTS: u64 = 4;
+
+/// The copy step's state: what is decided from the key directory and where kept records go.
+struct Copying<'a, 'r> {
+    inner: &'a Inner,
+    now: u64,
+    outside_min: u64,
+    outputs: Outputs<'a>,
+    moves: Vec<Move>,
+    keyspaces: HashMap<u32, Option<Arc<KeyspaceCore>>>,
+    report: &'r mut CompactionReport,
+}
+
+impl Copying<'_, '_> {
+    /// Decides every record of `pending` (read from `seg`), one read lock per run of records of
+    /// the same keyspace, then copies the live ones and writes the markers; empties `pending`.
+    fn settle(&mut self, seg: &Segment, pending: &mut Vec<(u32, u32, Record<'_>)>) -> Result<()> {
+        let mut decided: Vec<Option<(Arc<KeyspaceCore>, Decision, u64)>> =
+            Vec::with_capacity(pending.len());
+        let mut i = 0;
+        while i < pending.len() {
+            let ks_id = pending[i].2.meta.keyspace;
+            let run = pending[i..]
+                .iter()
+                .take_while(|(_, _, r)| r.meta.keyspace == ks_id)
+                .count();
+            let inner = self.inner;
+            let core = self
+                .keyspaces
+                .entry(ks_id)
+                .or_insert_with(|| inner.keyspace_by_id(ks_id))
+                .clone();
+            match core {
+                // A dropped keyspace: its records are dead and need no marker.
+                None => decided.extend((0..run).map(|_| None)),
+                Some(core) => {
+                    let st = core.state.read();
+                    for (off, _, rec) in &pending[i..i + run] {
+                        let (decision, deadline) =
+                            decide(&st, seg.id, *off, rec, self.now, self.outside_min);
+                        decided.push(Some((Arc::clone(&core), decision, deadline)));
+                    }
+                }
+            }
+            i += run;
+        }
+        for ((off, len, rec), d) in pending.drain(..).zip(decided) {
+            let Some((core, decision, deadline)) = d else {
+                continue;
+            };
+            let raw = seg.read(off, len).unwrap_or_default();
+            match decision {
+                Decision::Drop => {}
+                Decision::Copy => {
+                    let to = self.outputs.place(&rec.meta, rec.key, raw, deadline)?;
+                    self.report.records_copied += 1;
+                    self.moves.push(Move {
+                        ks: core,
+                        key: rec.key.into(),
+                        seq: rec.meta.seq,
+                        from: (seg.id, off),
+                        to,
+                        len,
+                    });
+                }
+                Decision::Marker => {
+                    let meta = Meta {
+                        kind: Kind::Tombstone,
+                        flags: FLAG_SHADOWS | FLAG_MARKER,
+                        keyspace: rec.meta.keyspace,
+                        ttl: ItemTtl::Inherit,
+                        seq: rec.meta.seq,
+                        write_ms: rec.meta.write_ms,
+                    };
+                    let mut buf = Vec::with_capacity(record::encoded_len(rec.key.len(), 0));
+                    record::encode(&mut buf, &meta, rec.key, &[]);
+                    self.report.markers_written += 1;
+                    self.outputs.place(&meta, rec.key, &buf, 0)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What happens to a record at `off` of segment `file`, and, when it is copied, its deadline.
+fn decide(
+    st: &KeyspaceState,
+    file: u32,
+    off: u32,
+    rec: &Record<'_>,
+    now: u64,
+    outside_min: u64,
+) -> (Decision, u64) {
+    let current = st.map.get(rec.key);
+    let live = rec.meta.kind == Kind::Put
+        && current.is_some_and(|e| e.file == file && e.offset == off && st.is_live(e, now));
+    // The no-resurrection rule (module docs, DESIGN.md section 6).
+    let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
+    let hidden_by_newer =
+        current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
+    let nothing_older_outside = outside_min > rec.meta.seq;
+    if live {
+        (Decision::Copy, current.map_or(ttl::NEVER, |e| st.expires_at(e)))
+    } else if unshadowed || hidden_by_newer || nothing_older_outside {
+        (Decision::Drop, ttl::NEVER)
+    } else {
+        (Decision::Marker, ttl::NEVER)
+    }
+}
+
 fn crash_here(inner: &Inner, at: CrashPoint) -> Result<()> {
     let observer = inner.merge_observer.lock().clone();
     if let Some(observe) = observer {
@@ -229,7 +351,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     };
 
     // 2. Copy.
-    let mut outputs = Outputs {
+    let outputs = Outputs {
         inner,
         snapshot_seq,
         done: Vec::new(),
@@ -237,73 +359,34 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         created: Vec::new(),
         finished: false,
     };
-    let mut moves = Vec::new();
-    let mut keyspaces: HashMap<u32, Option<Arc<KeyspaceCore>>> = HashMap::new();
+    let mut copying = Copying {
+        inner,
+        now,
+        outside_min,
+        outputs,
+        moves: Vec::new(),
+        keyspaces: HashMap::new(),
+        report: &mut report,
+    };
     for seg in &inputs {
         let mut failure: Option<Error> = None;
+        let mut pending: Vec<(u32, u32, Record<'_>)> = Vec::with_capacity(DECIDE_PER_LOCK);
         let end = scan(seg.bytes(), |off, len, rec| {
             if failure.is_some() {
                 return;
             }
-            let core = keyspaces
-                .entry(rec.meta.keyspace)
-                .or_insert_with(|| inner.keyspace_by_id(rec.meta.keyspace))
-                .clone();
-            let Some(core) = core else { return };
-            let mut deadline = ttl::NEVER;
-            let decision = {
-                let st = core.state.read();
-                let current = st.map.get(rec.key);
-                let live = rec.meta.kind == Kind::Put
-                    && current
-                        .is_some_and(|e| e.file == seg.id && e.offset == off && st.is_live(e, now));
-                // The no-resurrection rule (module docs, DESIGN.md section 6).
-                let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
-                let hidden_by_newer =
-                    current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
-                let nothing_older_outside = outside_min > rec.meta.seq;
-                if live {
-                    deadline = current.map_or(ttl::NEVER, |e| st.expires_at(e));
-                    Decision::Copy
-                } else if unshadowed || hidden_by_newer || nothing_older_outside {
-                    Decision::Drop
-                } else {
-                    Decision::Marker
+            pending.push((off, len, *rec));
+            if pending.len() == DECIDE_PER_LOCK {
+                if let Err(e) = copying.settle(seg, &mut pending) {
+                    failure = Some(e);
                 }
-            };
-            let raw = seg.read(off, len).unwrap_or_default();
-            let placed = match decision {
-                Decision::Drop => return,
-                Decision::Copy => outputs.place(&rec.meta, rec.key, raw, deadline).map(|to| {
-                    report.records_copied += 1;
-                    moves.push(Move {
-                        ks: Arc::clone(&core),
-                        key: rec.key.into(),
-                        seq: rec.meta.seq,
-                        from: (seg.id, off),
-                        to,
-                        len,
-                    });
-                }),
-                Decision::Marker => {
-                    let meta = Meta {
-                        kind: Kind::Tombstone,
-                        flags: FLAG_SHADOWS | FLAG_MARKER,
-                        keyspace: rec.meta.keyspace,
-                        ttl: ItemTtl::Inherit,
-                        seq: rec.meta.seq,
-                        write_ms: rec.meta.write_ms,
-                    };
-                    let mut buf = Vec::with_capacity(record::encoded_len(rec.key.len(), 0));
-                    record::encode(&mut buf, &meta, rec.key, &[]);
-                    report.markers_written += 1;
-                    outputs.place(&meta, rec.key, &buf, 0).map(|_| ())
-                }
-            };
-            if let Err(e) = placed {
-                failure = Some(e);
             }
         });
+        if failure.is_none() {
+            if let Err(e) = copying.settle(seg, &mut pending) {
+                failure = Some(e);
+            }
+        }
         if let Some(e) = failure {
             return Err(e);
         }
@@ -315,6 +398,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             ));
         }
     }
+    let Copying { outputs, moves, .. } = copying;
     let written = outputs.finish()?;
     report.segments_written = written.len();
     crash_here(inner, CrashPoint::AfterOutputs)?;
@@ -530,6 +614,7 @@ fn choose(inner: &Inner, full: bool, now: u64) -> Result<Option<Chosen>> {
         inner.opts.compaction_dead_ratio,
         inner.opts.max_reclaim_lag.as_secs(),
         full,
+        MERGE_INPUT_SEGMENTS.saturating_mul(inner.opts.segment_size),
     );
     if sel.is_empty() {
         return Ok(None);

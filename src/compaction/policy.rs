@@ -54,9 +54,57 @@ pub fn dying_soon(s: &SegStats, now: u64) -> bool {
         && now <= s.dies_by.saturating_add(REAP_GRACE_SECS)
 }
 
-/// Chooses among `sealed` segments. `full` merges every one that is not dropped.
+/// Chooses among `sealed` segments. `full` merges every one that is not dropped; otherwise the
+/// merge takes at most `max_merge_bytes` of input (at least one segment), overdue segments
+/// first and then the deadest, and leaves the rest to the next merge. Drops are not bounded:
+/// they read nothing.
 #[must_use]
 pub fn select(
+    sealed: &[u32],
+    stats: &HashMap<u32, SegStats>,
+    now: u64,
+    dead_ratio: f64,
+    max_lag_secs: u64,
+    full: bool,
+    max_merge_bytes: u64,
+) -> Selection {
+    let mut sel = select_all(sealed, stats, now, dead_ratio, max_lag_secs, full);
+    let stat = |id: &u32| stats.get(id).copied().unwrap_or_default();
+    let input: u64 = sel.merge.iter().map(|id| stat(id).total).sum();
+    if !full && input > max_merge_bytes {
+        let overdue = |s: &SegStats| {
+            s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now
+        };
+        // Overdue first, then by dead share, deadest first (the dead share compared as the
+        // cross product, exact in integers); ids break ties so the choice is deterministic.
+        sel.merge.sort_by(|a, b| {
+            let (sa, sb) = (stat(a), stat(b));
+            overdue(&sb)
+                .cmp(&overdue(&sa))
+                .then_with(|| {
+                    (u128::from(sb.dead) * u128::from(sa.total.max(1)))
+                        .cmp(&(u128::from(sa.dead) * u128::from(sb.total.max(1))))
+                })
+                .then(a.cmp(b))
+        });
+        let mut input = 0u64;
+        let keep = sel
+            .merge
+            .iter()
+            .take_while(|id| {
+                let first = input == 0;
+                input = input.saturating_add(stat(id).total);
+                first || input <= max_merge_bytes
+            })
+            .count();
+        sel.merge.truncate(keep);
+        sel.merge.sort_unstable();
+    }
+    sel
+}
+
+/// Every segment the rules select, without the bound on a merge's input.
+fn select_all(
     sealed: &[u32],
     stats: &HashMap<u32, SegStats>,
     now: u64,
@@ -112,18 +160,39 @@ mod tests {
         m.insert(4, dying(now - 3, 0)); // overdue but within the reaper's grace: wait
         m.insert(5, dying(now - REAP_GRACE_SECS - 1, 0)); // overdue past grace: merge
         m.insert(6, dying(ttl::NEVER, 0)); // some record never expires: merge
-        let sel = select(&[1, 2, 3, 4, 5, 6], &m, now, 0.5, 600, false);
+        let sel = select(&[1, 2, 3, 4, 5, 6], &m, now, 0.5, 600, false, u64::MAX);
         assert!(sel.drop.is_empty());
         assert_eq!(sel.merge, vec![2, 3, 5, 6]);
         // Dead at last: dropped, deferral or not.
         m.insert(1, SegStats { dead: 100, ..dying(now + 5, 0) });
-        assert_eq!(select(&[1], &m, now, 0.5, 600, false).drop, vec![1]);
+        assert_eq!(select(&[1], &m, now, 0.5, 600, false, u64::MAX).drop, vec![1]);
         // A full compaction merges everything it does not drop.
-        assert_eq!(select(&[4], &m, now, 0.5, 600, true).merge, vec![4]);
+        assert_eq!(select(&[4], &m, now, 0.5, 600, true, u64::MAX).merge, vec![4]);
         // The lag bound: expired bytes older than the lag are purged even from a segment
         // that waits to die.
         m.insert(7, SegStats { oldest_expiry: now - 700, ..dying(now + 5, 0) });
-        assert_eq!(select(&[7], &m, now, 0.5, 600, false).merge, vec![7]);
+        assert_eq!(select(&[7], &m, now, 0.5, 600, false, u64::MAX).merge, vec![7]);
+    }
+
+    #[test]
+    fn a_merge_takes_a_bounded_input_overdue_then_deadest_first() {
+        let now = 10_000;
+        let mut m = HashMap::new();
+        m.insert(1, st(100, 60, 0, ttl::NEVER)); // 60 % dead
+        m.insert(2, st(100, 90, 0, ttl::NEVER)); // 90 %
+        m.insert(3, st(100, 75, 0, ttl::NEVER)); // 75 %
+        m.insert(4, st(100, 10, 0, now - 700)); // overdue, 10 %
+        m.insert(5, st(100, 100, 0, ttl::NEVER)); // dead: dropped, not counted
+        let ids = [1, 2, 3, 4, 5];
+        let sel = select(&ids, &m, now, 0.5, 600, false, 250);
+        assert_eq!(sel.drop, vec![5]);
+        assert_eq!(sel.merge, vec![2, 4], "overdue, then the deadest, in id order");
+        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 300).merge, vec![2, 3, 4]);
+        // At least one segment, however small the bound.
+        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 1).merge, vec![4]);
+        // Within the bound, or a full compaction: everything.
+        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 400).merge, vec![1, 2, 3, 4]);
+        assert_eq!(select(&ids, &m, now, 0.5, 600, true, 1).merge, vec![1, 2, 3, 4]);
     }
 
     #[test]
@@ -135,10 +204,10 @@ mod tests {
         m.insert(4, st(100, 49, 0, ttl::NEVER)); // below: keep
         m.insert(5, st(100, 10, 0, 1000)); // expired bytes older than the lag: merge
         m.insert(6, st(100, 10, 0, 1500)); // expired bytes within the lag: keep
-        let sel = select(&[1, 2, 3, 4, 5, 6], &m, 2000, 0.5, 600, false);
+        let sel = select(&[1, 2, 3, 4, 5, 6], &m, 2000, 0.5, 600, false, u64::MAX);
         assert_eq!(sel.drop, vec![1]);
         assert_eq!(sel.merge, vec![2, 3, 5]);
-        let full = select(&[1, 2, 3, 4, 5, 6], &m, 2000, 0.5, 600, true);
+        let full = select(&[1, 2, 3, 4, 5, 6], &m, 2000, 0.5, 600, true, u64::MAX);
         assert_eq!(full.merge, vec![2, 3, 4, 5, 6]);
     }
 }
