@@ -262,6 +262,8 @@ impl Inner {
         };
         let now = now_ms / 1000;
         check_write_second(now)?;
+        // Expiry events of versions this write replaced before the reaper got to them.
+        let mut events: Vec<crate::expiry::ExpiryEvent> = Vec::new();
         let (existed, pos) = {
             let mut log = self.log.lock();
             self.check_writable()?;
@@ -502,7 +504,7 @@ impl Inner {
                 self.expirations
                     .fetch_add(superseded_expired.len() as u64, Ordering::Relaxed);
                 if self.has_subscribers() {
-                    let events: Vec<crate::expiry::ExpiryEvent> = superseded_expired
+                    events = superseded_expired
                         .into_iter()
                         .map(|(ks, key, at, _, _)| crate::expiry::ExpiryEvent {
                             keyspace: ks.name.clone(),
@@ -510,13 +512,14 @@ impl Inner {
                             expired_at: at,
                         })
                         .collect();
-                    self.publish_expirations(&events);
                 }
             }
             if !matches!(self.opts.sync, SyncPolicy::Always) {
                 if log.active.wants_flush() {
                     if let Err(e) = log.active.flush() {
                         self.poison();
+                        // The write is applied in memory: its reports still go out.
+                        self.publish_expirations(&events);
                         return Err(e.into());
                     }
                 }
@@ -527,6 +530,9 @@ impl Inner {
             }
             (existed, log.appended)
         };
+        // Published once the log mutex is let go: sending takes time and is no part of the
+        // write's order (events come in no promised order, DESIGN.md §11).
+        self.publish_expirations(&events);
         if matches!(self.opts.sync, SyncPolicy::Always) {
             self.sync_to(pos)?;
         }

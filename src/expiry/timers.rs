@@ -79,8 +79,7 @@ impl Timers {
     }
 
     /// Takes up to `limit` timers due at or before `upto`, earliest second first, into `out`
-    /// with their seconds. Whole chunks move without copying their timers one by one where
-    /// they fit.
+    /// with their seconds (each timer is moved into `out`; an emptied chunk is freed).
     pub(crate) fn take(&mut self, upto: u64, limit: usize, out: &mut Vec<(u64, Timer)>) {
         let mut want = limit;
         while want > 0 {
