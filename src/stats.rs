@@ -185,6 +185,25 @@ pub struct CompactionReport {
     pub bytes_after: u64,
 }
 
+impl CompactionReport {
+    /// True when the merge neither read nor dropped anything.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.segments_merged == 0 && self.segments_dropped == 0
+    }
+
+    /// Adds `other`'s counts to these (several merges reported as one).
+    pub fn absorb(&mut self, other: &CompactionReport) {
+        self.segments_merged += other.segments_merged;
+        self.segments_dropped += other.segments_dropped;
+        self.segments_written += other.segments_written;
+        self.records_copied += other.records_copied;
+        self.markers_written += other.markers_written;
+        self.bytes_before += other.bytes_before;
+        self.bytes_after += other.bytes_after;
+    }
+}
+
 pub(crate) fn collect(inner: &Inner) -> Stats {
     let now = inner.now_s();
     let mut st = Stats::default();

@@ -213,37 +213,33 @@ struct Copying<'a, 'r> {
 }
 
 impl Copying<'_, '_> {
-    /// Decides every record of `pending` (read from `seg`), one read lock per run of records of
-    /// the same keyspace, then copies the live ones and writes the markers; empties `pending`.
+    /// Decides every record of `pending` (read from `seg`), one read lock per keyspace, then
+    /// copies the live ones and writes the markers in file order; empties `pending`.
     fn settle(&mut self, seg: &Segment, pending: &mut Vec<(u32, u32, Record<'_>)>) -> Result<()> {
         let mut decided: Vec<Option<(Arc<KeyspaceCore>, Decision, u64)>> =
-            Vec::with_capacity(pending.len());
-        let mut i = 0;
-        while i < pending.len() {
-            let ks_id = pending[i].2.meta.keyspace;
-            let run = pending[i..]
-                .iter()
-                .take_while(|(_, _, r)| r.meta.keyspace == ks_id)
-                .count();
+            (0..pending.len()).map(|_| None).collect();
+        // One read lock per keyspace in the chunk (records of several keyspaces interleave:
+        // a document write and its history record share a batch).
+        let mut ids: Vec<u32> = pending.iter().map(|(_, _, r)| r.meta.keyspace).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for ks_id in ids {
             let inner = self.inner;
             let core = self
                 .keyspaces
                 .entry(ks_id)
                 .or_insert_with(|| inner.keyspace_by_id(ks_id))
                 .clone();
-            match core {
-                // A dropped keyspace: its records are dead and need no marker.
-                None => decided.extend((0..run).map(|_| None)),
-                Some(core) => {
-                    let st = core.state.read();
-                    for (off, _, rec) in &pending[i..i + run] {
-                        let (decision, deadline) =
-                            decide(&st, seg.id, *off, rec, self.now, self.outside_min);
-                        decided.push(Some((Arc::clone(&core), decision, deadline)));
-                    }
+            // A dropped keyspace: its records are dead and need no marker (left `None`).
+            let Some(core) = core else { continue };
+            let st = core.state.read();
+            for (slot, (off, _, rec)) in decided.iter_mut().zip(pending.iter()) {
+                if rec.meta.keyspace == ks_id {
+                    let (decision, deadline) =
+                        decide(&st, seg.id, *off, rec, self.now, self.outside_min);
+                    *slot = Some((Arc::clone(&core), decision, deadline));
                 }
             }
-            i += run;
         }
         for ((off, len, rec), d) in pending.drain(..).zip(decided) {
             let Some((core, decision, deadline)) = d else {

@@ -55,8 +55,9 @@ pub fn dying_soon(s: &SegStats, now: u64) -> bool {
 }
 
 /// Chooses among `sealed` segments. `full` merges every one that is not dropped; otherwise the
-/// merge takes at most `max_merge_bytes` of input (at least one segment), overdue segments
-/// first and then the deadest, and leaves the rest to the next merge. Drops are not bounded:
+/// merge takes at most `max_merge_bytes` of input (at least one segment): the oldest
+/// candidate, then overdue segments (longest overdue first), then the deadest, and leaves the
+/// rest to the next merge. Drops are not bounded:
 /// they read nothing.
 #[must_use]
 pub fn select(
@@ -75,12 +76,26 @@ pub fn select(
         let overdue = |s: &SegStats| {
             s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now
         };
-        // Overdue first, then by dead share, deadest first (the dead share compared as the
-        // cross product, exact in integers); ids break ties so the choice is deterministic.
+        // The oldest candidate first (lowest id: ids only grow, so every candidate reaches the
+        // front eventually and none starves behind deadlier or overdue newcomers); then the
+        // overdue ones, longest overdue first (the reclamation-lag bound); then the rest by
+        // dead share, deadest first (compared as a cross product, exact in integers); ids
+        // break ties so the choice is deterministic.
+        let oldest = sel.merge.iter().copied().min();
+        let rank = |id: &u32| {
+            let s = stat(id);
+            if Some(*id) == oldest {
+                (0, 0)
+            } else if overdue(&s) {
+                (1, s.oldest_expiry)
+            } else {
+                (2, 0)
+            }
+        };
         sel.merge.sort_by(|a, b| {
             let (sa, sb) = (stat(a), stat(b));
-            overdue(&sb)
-                .cmp(&overdue(&sa))
+            rank(a)
+                .cmp(&rank(b))
                 .then_with(|| {
                     (u128::from(sb.dead) * u128::from(sa.total.max(1)))
                         .cmp(&(u128::from(sa.dead) * u128::from(sb.total.max(1))))
@@ -132,6 +147,8 @@ fn select_all(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     fn st(total: u64, dead: u64, shadowing: u64, oldest: u64) -> SegStats {
@@ -175,7 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn a_merge_takes_a_bounded_input_overdue_then_deadest_first() {
+    fn a_merge_takes_a_bounded_input_oldest_then_overdue_then_deadest() {
         let now = 10_000;
         let mut m = HashMap::new();
         m.insert(1, st(100, 60, 0, ttl::NEVER)); // 60 % dead
@@ -186,10 +203,17 @@ mod tests {
         let ids = [1, 2, 3, 4, 5];
         let sel = select(&ids, &m, now, 0.5, 600, false, 250);
         assert_eq!(sel.drop, vec![5]);
-        assert_eq!(sel.merge, vec![2, 4], "overdue, then the deadest, in id order");
-        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 300).merge, vec![2, 3, 4]);
+        assert_eq!(sel.merge, vec![1, 4], "the oldest, then overdue, in id order");
+        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 300).merge, vec![1, 2, 4]);
         // At least one segment, however small the bound.
-        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 1).merge, vec![4]);
+        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 1).merge, vec![1]);
+        // After the oldest, longest overdue first, whatever the dead share.
+        m.insert(6, st(100, 90, 0, now - 650));
+        m.insert(7, st(100, 5, 0, now - 900));
+        assert_eq!(
+            select(&[3, 4, 6, 7], &m, now, 0.5, 600, false, 300).merge,
+            vec![3, 4, 7]
+        );
         // Within the bound, or a full compaction: everything.
         assert_eq!(select(&ids, &m, now, 0.5, 600, false, 400).merge, vec![1, 2, 3, 4]);
         assert_eq!(select(&ids, &m, now, 0.5, 600, true, 1).merge, vec![1, 2, 3, 4]);
@@ -209,5 +233,39 @@ mod tests {
         assert_eq!(sel.merge, vec![2, 3, 5]);
         let full = select(&[1, 2, 3, 4, 5, 6], &m, 2000, 0.5, 600, true, u64::MAX);
         assert_eq!(full.merge, vec![2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn no_candidate_starves_behind_deadlier_newcomers() {
+        // Segment 1 is overdue and 10 % dead, segment 2 not overdue and 55 % dead; before every
+        // merge, four segments' worth of deadlier candidates (overdue or not) come up. Both
+        // must be merged within a few merges.
+        let lag = 600;
+        let now = 10_000;
+        for newcomers_overdue in [false, true] {
+            let mut m = HashMap::new();
+            m.insert(1u32, st(100, 10, 0, now - lag - 1));
+            m.insert(2u32, st(100, 55, 0, ttl::NEVER));
+            let mut next = 3u32;
+            let mut merged = HashSet::new();
+            for _ in 0..3 {
+                for _ in 0..4 {
+                    let oldest = if newcomers_overdue { now - lag } else { ttl::NEVER };
+                    m.insert(next, st(100, 90, 0, oldest));
+                    next += 1;
+                }
+                let mut ids: Vec<u32> = m.keys().copied().collect();
+                ids.sort_unstable();
+                let sel = select(&ids, &m, now, 0.5, lag, false, 400);
+                for id in &sel.merge {
+                    m.remove(id);
+                    merged.insert(*id);
+                }
+            }
+            assert!(
+                merged.contains(&1) && merged.contains(&2),
+                "newcomers overdue: {newcomers_overdue}, merged {merged:?}"
+            );
+        }
     }
 }

@@ -402,13 +402,28 @@ impl Store {
         Ok(expired)
     }
 
-    /// Runs the compaction policy now (expiry first): merges the segments it selects.
+    /// Runs the compaction policy now (expiry first): merges the segments it selects, until
+    /// it selects nothing. Each merge reads at most a few segments (DESIGN.md §7), so a call
+    /// that has much to do runs several; the report adds them up.
     ///
     /// # Errors
-    /// I/O errors; a failed merge leaves the published state untouched.
+    /// I/O errors; a failed merge leaves the published state untouched (merges that completed
+    /// before it stay done).
     pub fn compact(&self) -> Result<crate::stats::CompactionReport> {
         self.inner.reap()?;
-        crate::compaction::run(&self.inner, false)
+        let mut report = crate::stats::CompactionReport::default();
+        // Every merge retires at least one segment that existed when the call began or was
+        // written by an earlier merge of it; the bound keeps writers that create garbage as
+        // fast as it is merged from holding the call forever.
+        let rounds = self.inner.segments.read().sealed.len() + 1;
+        for _ in 0..rounds {
+            let merged = crate::compaction::run(&self.inner, false)?;
+            report.absorb(&merged);
+            if merged.is_empty() {
+                break;
+            }
+        }
+        Ok(report)
     }
 
     /// Merges every sealed segment now (and seals the active one first).
@@ -429,7 +444,9 @@ impl Store {
 
     /// A channel receiving an [`ExpiryEvent`] for every item that expires from now on, once
     /// per item version. Items that expired while the store was closed are reported by the
-    /// first expiry pass after open ([`Store::maintain`], or the worker's first tick).
+    /// first expiry pass after open ([`Store::maintain`], or the worker's first tick). Events
+    /// come in no particular order: expiry passes and writes that replace expired versions
+    /// publish concurrently.
     #[must_use]
     pub fn subscribe_expirations(&self) -> crossbeam_channel::Receiver<ExpiryEvent> {
         let (tx, rx) = crossbeam_channel::unbounded();
