@@ -3,15 +3,11 @@
 use std::time::Duration;
 
 use ebbdb::clock::ManualClock;
-use ebbdb::{DefaultTtl, Options, Store, SyncPolicy, Ttl};
+use ebbdb::{DefaultTtl, Store, Ttl};
 
-const T0: u64 = 1_700_000_000;
+mod common;
 
-fn opts(clock: &ManualClock) -> Options {
-    Options::default()
-        .clock(clock.clone())
-        .sync(SyncPolicy::Never)
-}
+use common::{manual as opts, T0};
 
 /// A key whose timer in charge is at second D, disarmed (delete / put Never) and re-armed at
 /// the same second D again leaves a second timer *at D* for the same key. Both pass the sweep's

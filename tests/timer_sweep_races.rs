@@ -4,15 +4,11 @@
 use std::time::Duration;
 
 use ebbdb::clock::ManualClock;
-use ebbdb::{DefaultTtl, Options, Store, SyncPolicy, Ttl};
+use ebbdb::{DefaultTtl, Store, Ttl};
 
-const T0: u64 = 1_700_000_000;
+mod common;
 
-fn opts(clock: &ManualClock) -> Options {
-    Options::default()
-        .clock(clock.clone())
-        .sync(SyncPolicy::Never)
-}
+use common::{manual as opts, T0};
 
 /// Writers that put (with long, short or no TTL), delete and shorten deadlines race a thread
 /// that advances the clock and runs expiry (reaping, re-arming and sweeping). Afterwards every

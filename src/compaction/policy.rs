@@ -54,11 +54,15 @@ pub fn dying_soon(s: &SegStats, now: u64) -> bool {
         && now <= s.dies_by.saturating_add(REAP_GRACE_SECS)
 }
 
+/// True when `s` holds expired bytes older than the reclamation-lag bound.
+fn overdue(s: &SegStats, now: u64, max_lag_secs: u64) -> bool {
+    s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now
+}
+
 /// Chooses among `sealed` segments. `full` merges every one that is not dropped; otherwise the
 /// merge takes at most `max_merge_bytes` of input (at least one segment): the oldest
 /// candidate, then overdue segments (longest overdue first), then the deadest, and leaves the
-/// rest to the next merge. Drops are not bounded:
-/// they read nothing.
+/// rest to the next merge. Drops are not bounded: they read nothing.
 #[must_use]
 pub fn select(
     sealed: &[u32],
@@ -69,69 +73,10 @@ pub fn select(
     full: bool,
     max_merge_bytes: u64,
 ) -> Selection {
-    let mut sel = select_all(sealed, stats, now, dead_ratio, max_lag_secs, full);
-    let stat = |id: &u32| stats.get(id).copied().unwrap_or_default();
-    let input: u64 = sel.merge.iter().map(|id| stat(id).total).sum();
-    if !full && input > max_merge_bytes {
-        let overdue = |s: &SegStats| {
-            s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now
-        };
-        // The oldest candidate first (lowest id: ids only grow, so every candidate reaches the
-        // front eventually and none starves behind deadlier or overdue newcomers); then the
-        // overdue ones, longest overdue first (the reclamation-lag bound); then the rest by
-        // dead share, deadest first (compared as a cross product, exact in integers); ids
-        // break ties so the choice is deterministic.
-        let oldest = sel.merge.iter().copied().min();
-        let rank = |id: &u32| {
-            let s = stat(id);
-            if Some(*id) == oldest {
-                (0, 0)
-            } else if overdue(&s) {
-                (1, s.oldest_expiry)
-            } else {
-                (2, 0)
-            }
-        };
-        sel.merge.sort_by(|a, b| {
-            let (sa, sb) = (stat(a), stat(b));
-            rank(a)
-                .cmp(&rank(b))
-                .then_with(|| {
-                    (u128::from(sb.dead) * u128::from(sa.total.max(1)))
-                        .cmp(&(u128::from(sa.dead) * u128::from(sb.total.max(1))))
-                })
-                .then(a.cmp(b))
-        });
-        let mut input = 0u64;
-        let keep = sel
-            .merge
-            .iter()
-            .take_while(|id| {
-                let first = input == 0;
-                input = input.saturating_add(stat(id).total);
-                first || input <= max_merge_bytes
-            })
-            .count();
-        sel.merge.truncate(keep);
-        sel.merge.sort_unstable();
-    }
-    sel
-}
-
-/// Every segment the rules select, without the bound on a merge's input.
-fn select_all(
-    sealed: &[u32],
-    stats: &HashMap<u32, SegStats>,
-    now: u64,
-    dead_ratio: f64,
-    max_lag_secs: u64,
-    full: bool,
-) -> Selection {
     let mut sel = Selection::default();
     for &id in sealed {
         let s = stats.get(&id).copied().unwrap_or_default();
-        let overdue =
-            s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now;
+        let overdue = overdue(&s, now, max_lag_secs);
         if s.dead >= s.total && s.shadowing == 0 {
             sel.drop.push(id);
         } else if full || overdue {
@@ -142,7 +87,59 @@ fn select_all(
             sel.merge.push(id);
         }
     }
+    if !full {
+        let stat = |id: &u32| stats.get(id).copied().unwrap_or_default();
+        bound_merge(&mut sel.merge, &stat, |s| overdue(s, now, max_lag_secs), max_merge_bytes);
+    }
     sel
+}
+
+/// Keeps of `merge` at most `max_bytes` of input (at least one segment), in id order: the
+/// oldest candidate first (lowest id: ids only grow, so every candidate reaches the front
+/// eventually and none starves behind deadlier or overdue newcomers); then the overdue ones,
+/// longest overdue first (the reclamation-lag bound); then the rest by dead share, deadest
+/// first (compared as a cross product, exact in integers); ids break ties.
+fn bound_merge(
+    merge: &mut Vec<u32>,
+    stat: &impl Fn(&u32) -> SegStats,
+    overdue: impl Fn(&SegStats) -> bool,
+    max_bytes: u64,
+) {
+    if merge.iter().map(|id| stat(id).total).sum::<u64>() <= max_bytes {
+        return;
+    }
+    let oldest = merge.iter().copied().min();
+    let rank = |id: &u32| {
+        let s = stat(id);
+        if Some(*id) == oldest {
+            (0, 0)
+        } else if overdue(&s) {
+            (1, s.oldest_expiry)
+        } else {
+            (2, 0)
+        }
+    };
+    merge.sort_by(|a, b| {
+        let (sa, sb) = (stat(a), stat(b));
+        rank(a)
+            .cmp(&rank(b))
+            .then_with(|| {
+                (u128::from(sb.dead) * u128::from(sa.total.max(1)))
+                    .cmp(&(u128::from(sa.dead) * u128::from(sb.total.max(1))))
+            })
+            .then(a.cmp(b))
+    });
+    let mut input = 0u64;
+    let mut keep = 0;
+    for id in merge.iter() {
+        input = input.saturating_add(stat(id).total);
+        if keep > 0 && input > max_bytes {
+            break;
+        }
+        keep += 1;
+    }
+    merge.truncate(keep);
+    merge.sort_unstable();
 }
 
 #[cfg(test)]

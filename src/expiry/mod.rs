@@ -235,7 +235,7 @@ impl Inner {
         let mut dead: HashMap<u32, (u64, u64, u64)> = HashMap::new();
         let mut stale = 0usize;
         let mut rearm: Vec<(u64, Timer)> = Vec::new();
-        for (ks_id, timers) in by_keyspace {
+        for (ks_id, mut timers) in by_keyspace {
             let Some(core) = self.keyspace_by_id(ks_id) else {
                 // A dropped keyspace: its entries are gone, its timers were counted stale.
                 stale += timers.len();
@@ -243,7 +243,6 @@ impl Inner {
             };
             // Key order within each second: consecutive descents share the upper nodes of the
             // map, which stay in cache (deadline order between seconds is kept for events).
-            let mut timers = timers;
             timers.sort_unstable_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
             let mut timers = timers.into_iter().peekable();
             while timers.peek().is_some() {

@@ -12,12 +12,16 @@ pub fn clock() -> ManualClock {
     ManualClock::at_unix_secs(T0)
 }
 
-/// Small segments, no fsync: merges happen and tests stay fast.
-pub fn opts(clock: &ManualClock) -> Options {
+/// Default options but for the manual clock and no fsync.
+pub fn manual(clock: &ManualClock) -> Options {
     Options::default()
         .clock(clock.clone())
         .sync(SyncPolicy::Never)
-        .segment_size(4096)
+}
+
+/// Small segments, no fsync: merges happen and tests stay fast.
+pub fn opts(clock: &ManualClock) -> Options {
+    manual(clock).segment_size(4096)
 }
 
 /// Copies every regular file of `from` into `to`.
