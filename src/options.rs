@@ -25,9 +25,8 @@ pub enum SyncPolicy {
     Always,
     /// Writes return once in the OS page cache; a background thread fsyncs at this interval.
     Periodic(Duration),
-    /// No write waits for an fsync: the log is fsynced on [`Store::sync`](crate::Store::sync),
-    /// rotation and close, and in the background every 8 MiB appended (so that a rotation's
-    /// fsync, which writers wait for, stays short).
+    /// No write waits for an fsync: the log is fsynced on [`Store::sync`](crate::Store::sync)
+    /// and close, and in the background after each segment rotation and every 8 MiB appended.
     Never,
 }
 

@@ -232,7 +232,7 @@ pub fn verify_with_progress(
         progress(done.min(total), total);
     }
     if let Some(id) = manifest.active {
-        let path = segment_path(dir, id);
+        let path = present(dir, id, &mut report).unwrap_or_else(|| segment_path(dir, id));
         match fs::read(&path) {
             Ok(bytes) => {
                 done += bytes.len() as u64;
@@ -280,8 +280,8 @@ fn listed_files(dir: &Path, m: &Manifest) -> Vec<PathBuf> {
     out
 }
 
-/// The file holding listed sealed segment `id`: its `.seg`, or a published merge output still
-/// under its temporary name (opening renames it).
+/// The file holding listed segment `id`: its `.seg`, or a published merge output or
+/// rotation successor still under its temporary name (opening renames it).
 fn present(dir: &Path, id: u32, report: &mut VerifyReport) -> Option<PathBuf> {
     let path = segment_path(dir, id);
     if path.exists() {
@@ -292,7 +292,7 @@ fn present(dir: &Path, id: u32, report: &mut VerifyReport) -> Option<PathBuf> {
         report.note(
             &tmp,
             0,
-            "published merge output still under its temporary name; opening renames it",
+            "listed segment still under its temporary name; opening renames it",
         );
         return Some(tmp);
     }
@@ -360,7 +360,11 @@ fn check_unlisted(dir: &Path, m: &Manifest, report: &mut VerifyReport) -> Result
         if m.retired.contains(&id) {
             report.note(&path, 0, "retired by a merge; opening removes it");
         } else if kind == "seg.tmp" {
-            report.note(&path, 0, "unpublished merge output; opening removes it");
+            report.note(
+                &path,
+                0,
+                "unpublished merge output or rotation successor; opening removes it",
+            );
         } else if kind == "seg" && len <= SEGMENT_HEADER_LEN as u64 {
             report.note(&path, 0, "empty unlisted segment; opening removes it");
         } else if kind == "seg" {

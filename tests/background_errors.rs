@@ -42,10 +42,12 @@ fn a_failed_background_merge_does_not_wedge_foreground_calls() -> ebbdb::Result<
     }
     store.sync()?;
     // Overwrite in the same segments' worth of data so sealed segments hold garbage, without
-    // a rotation after the plan is armed (a rotation creates a file too).
+    // a rotation after the plan is armed (a rotation creates a file too), and with every
+    // rotation's manifest stored before (`sync` commits them; the sync thread might not yet).
     for i in 0..200 {
         ks.put(format!("key-{i:03}"), [2u8; 200])?;
     }
+    store.sync()?;
     fail_creates(dir.path());
     store.request_compaction();
     wait_until("the background merge to fail", || {

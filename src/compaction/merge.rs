@@ -419,7 +419,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     // before its rename changes nothing (the outputs are still `.seg.tmp` leftovers).
     let retired: HashSet<u32> = inputs.iter().chain(&dropped).map(|s| s.id).collect();
     {
-        let mut log = inner.log.lock();
+        let (_manifest, mut log) = inner.lock_for_manifest()?;
         let mut manifest: Manifest = log.manifest.clone();
         manifest.sealed.retain(|s| !retired.contains(&s.id));
         manifest.sealed.extend(
@@ -436,7 +436,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         manifest.retired.extend(retired.iter().copied());
         manifest.retired.sort_unstable();
         manifest.retired.dedup();
-        inner.store_manifest_unless_unchanged(&manifest)?;
+        inner.replace_manifest(&mut log, &manifest)?;
         log.manifest = manifest;
         log.segstats
             .extend(written.iter().map(|&(id, stats, _)| (id, stats)));

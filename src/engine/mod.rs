@@ -1,8 +1,10 @@
 //! The storage engine: [`Store`] (a database directory) and [`Keyspace`] (a named byte map).
 //!
-//! Lock order, everywhere: `log` → a keyspace's `state` → `segments`. The expiry timers, the sync state
-//! and the subscriber list are leaf locks, never held while taking another. Readers take only a
-//! keyspace's `state` (read) and `segments` (read), so they never wait for an fsync.
+//! Lock order, everywhere: `manifest_lock` → `log` → a keyspace's `state` → `segments`. The
+//! expiry timers, the sync state and the subscriber list are leaf locks, never held while
+//! taking another. Readers take only a keyspace's `state` (read) and `segments` (read), so they
+//! never wait for an fsync; writers never take `manifest_lock`, so a rotation never waits for
+//! one either (`rotation.rs`).
 
 mod clockfile;
 mod feed;
@@ -10,6 +12,7 @@ mod keyspace;
 mod planned;
 mod read;
 mod recovery;
+mod rotation;
 mod write;
 
 use std::collections::{BTreeMap, HashMap};
@@ -137,6 +140,13 @@ pub(crate) struct Inner {
     pub(crate) timers_swept: AtomicU64,
     pub(crate) merges: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
+    /// Serialises every manifest replacement (rotation commits, merge publishes, catalogue
+    /// changes). Taken before `log`, and held across a manifest's fsyncs, which `log` is not
+    /// when a rotation commits.
+    pub(crate) manifest_lock: Mutex<()>,
+    /// Rotations (numbered as `LogState::rotations`) whose manifest is stored: every byte
+    /// appended before them is in a file the manifest on disk accounts for.
+    pub(crate) rotations_durable: AtomicU64,
     /// Sealed segments whose hint was not written because they were about to die whole
     /// (`compaction::write_hint_for`); the worker writes it if one outlives that.
     pub(crate) hints_deferred: Mutex<std::collections::BTreeSet<u32>>,
@@ -211,13 +221,31 @@ pub(crate) struct LogState {
     /// `appended` when the worker was last asked to sync behind the writers (policies other
     /// than `Always`; see [`SYNC_BEHIND_BYTES`]).
     pub(crate) sync_behind_asked: u64,
+    /// Rotations whose manifest is not stored yet, oldest first (`Inner::commit_rotations`).
+    pub(crate) pending: Vec<PendingSeal>,
+    /// Rotations since open; the last one's number is `pending`'s last `number`.
+    pub(crate) rotations: u64,
 }
 
-/// Under `SyncPolicy::Never` and `Periodic`, the worker fsyncs the log in the background each
-/// time this many more bytes were appended, so that dirty pages never pile up: a rotation's
-/// fsync of the sealed segment (under the log mutex, so every writer waits for it) then covers
-/// at most this much, where it covered the whole 64 MiB segment (35–48 ms per rotation
-/// measured at 550 k writes/s, the longest write stalls of `benches/keeps_up.rs`).
+/// A rotation not yet made durable: the writers have moved on to `successor`, but the manifest
+/// on disk still names `sealed` as the active segment (DESIGN.md §8, "Rotation").
+#[derive(Debug)]
+pub(crate) struct PendingSeal {
+    /// The segment sealed: fsynced before any manifest lists it sealed.
+    pub(crate) sealed: Arc<ActiveFile>,
+    /// Its preallocated tail was cut: its fsync must include metadata.
+    pub(crate) trimmed: bool,
+    /// The file that became active: named `.seg` once a manifest lists it.
+    pub(crate) successor: Arc<ActiveFile>,
+    /// `LogState::rotations` just after this one.
+    pub(crate) number: u64,
+}
+
+/// Under `SyncPolicy::Never` and `Periodic`, the sync thread fsyncs the log in the background
+/// each time this many more bytes were appended, so that dirty pages never pile up: a
+/// rotation's commit then fsyncs at most this much of the sealed segment, where it wrote out
+/// the whole 64 MiB segment (35–48 ms at 550 k writes/s, when that fsync still held every
+/// writer).
 pub(crate) const SYNC_BEHIND_BYTES: u64 = 8 << 20;
 
 /// The published segments.
@@ -689,18 +717,27 @@ impl Inner {
         }
     }
 
-    /// Flushes the active buffer and fsyncs the active file; returns the position covered.
+    /// Flushes the active buffer, commits the rotations before it and fsyncs the active file;
+    /// returns the position covered.
     fn flush_and_fsync(&self) -> Result<u64> {
-        let (upto, file, path) = {
+        let (upto, file, rotations) = {
             let mut log = self.log.lock();
-            let path = crate::log::segment_path(&self.dir, log.active.id());
             if let Err(e) = log.active.flush() {
                 self.poison();
-                return Err(Error::io_at(&path, e));
+                return Err(Error::io_at(log.active.shared.current_path(), e));
             }
-            (log.appended, Arc::clone(&log.active.shared), path)
+            (log.appended, Arc::clone(&log.active.shared), log.rotations)
         };
-        file.sync(&path).at(&path).inspect_err(|_| self.poison())?;
+        // Bytes before a rotation lie in files only its manifest makes part of the store.
+        if self.rotations_durable.load(Ordering::Acquire) < rotations {
+            self.commit_rotations()?;
+            if self.rotations_durable.load(Ordering::Acquire) < rotations {
+                return Err(Error::Poisoned);
+            }
+        }
+        file.sync(true)
+            .at(file.current_path())
+            .inspect_err(|_| self.poison())?;
         Ok(upto)
     }
 

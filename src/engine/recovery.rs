@@ -412,6 +412,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             segstats,
             appended: 0,
             sync_behind_asked: 0,
+            pending: Vec::new(),
+            rotations: 0,
         }),
         segments: RwLock::new(set),
         catalog: RwLock::new(catalog),
@@ -439,6 +441,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         timers_swept: AtomicU64::new(0),
         merges: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
+        manifest_lock: Mutex::new(()),
+        rotations_durable: AtomicU64::new(0),
         hints_deferred: Mutex::new(hints_deferred),
         worker: Mutex::new(None),
         worker_error: Mutex::new(super::WorkerErrors::default()),
@@ -479,7 +483,7 @@ fn init(dir: &Path) -> Result<Manifest> {
         high_water: 0,
         retired: Vec::new(),
     };
-    ActiveWriter::create(dir, 1, 1, 0)?;
+    ActiveWriter::create(dir, 1, 1, 0, false)?;
     manifest.store(dir, 0)?;
     Ok(manifest)
 }
@@ -792,6 +796,7 @@ fn load_active(
                 id,
                 created_seq,
                 opts.segment_size,
+                false,
             )?);
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -10,18 +10,16 @@ use std::collections::btree_map::Entry as Entry_;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::RwLockWriteGuard;
+use parking_lot::{MutexGuard, RwLockWriteGuard};
 
 use super::read::SegRef;
 use super::{Inner, LogState};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState, WriteSecs};
-use crate::log::active::ActiveWriter;
-use crate::log::manifest::{KeyspaceMeta, SealedSegment, StoreError};
-use crate::log::segment::Segment;
+use crate::log::manifest::{KeyspaceMeta, StoreError};
 use crate::options::{SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use crate::stats::SegStats;
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
@@ -553,54 +551,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new one (caller holds the log mutex).
-    pub(crate) fn rotate(&self, log: &mut LogState) -> Result<()> {
-        let sealed_id = log.active.id();
-        let seal = (|| -> Result<Arc<Segment>> {
-            let path = crate::log::segment_path(&self.dir, sealed_id);
-            log.active.flush().at(&path)?;
-            log.active.trim_and_sync().at(&path)?;
-            Ok(Arc::new(Segment::open(&self.dir, sealed_id)?))
-        })();
-        let segment = match seal {
-            Ok(s) => s,
-            Err(e) => {
-                self.poison();
-                return Err(e);
-            }
-        };
-        let new_id = log.manifest.next_file_id;
-        let mut fresh =
-            ActiveWriter::create(&self.dir, new_id, log.next_seq, self.opts.segment_size)
-                .at(crate::log::segment_path(&self.dir, new_id))?;
-        if !self.opts.sync.preallocates() {
-            fresh = fresh.without_preallocation();
-        }
-        let mut manifest = log.manifest.clone();
-        manifest.next_file_id = next_id(new_id)?;
-        manifest.next_seq = log.next_seq;
-        manifest.sealed.push(SealedSegment {
-            id: sealed_id,
-            len: segment.len(),
-        });
-        manifest.active = Some(new_id);
-        // The new file is not removed on failure: if the rename went through before the error,
-        // the manifest on disk already names it. The store is poisoned instead.
-        self.store_manifest(&manifest)?;
-        log.manifest = manifest;
-        log.segstats.entry(new_id).or_default();
-        {
-            let mut set = self.segments.write();
-            set.sealed.insert(sealed_id, segment);
-            set.active = Arc::clone(&fresh.shared);
-        }
-        log.active = fresh;
-        self.send(Message::WriteHint(sealed_id));
-        Ok(())
-    }
-
-    /// Replaces the manifest for a rotation, which changes files before it (the sealed file is
-    /// trimmed, the next one created): any failure poisons the store (every later write fails),
+    /// Replaces the manifest for a rotation commit, which changed files before it (sealed files
+    /// trimmed, successors created): any failure poisons the store (every later write fails),
     /// and reopening reads whichever manifest is on disk, both of which are consistent with the
     /// files.
     pub(crate) fn store_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
@@ -628,6 +580,36 @@ impl Inner {
         }
     }
 
+    /// Takes the manifest lock and the log mutex for a manifest replacement made under the
+    /// log mutex (a catalogue change, a merge publish), after committing the rotations so far
+    /// without it, so that [`Inner::replace_manifest`] seldom has an fsync of its own to do.
+    pub(crate) fn lock_for_manifest(
+        &self,
+    ) -> Result<(MutexGuard<'_, ()>, MutexGuard<'_, LogState>)> {
+        self.commit_rotations()?;
+        let manifest = self.manifest_lock.lock();
+        Ok((manifest, self.log.lock()))
+    }
+
+    /// Stores `manifest`, built from `log.manifest` under the log mutex and the manifest lock
+    /// (see [`Inner::lock_for_manifest`]). It lists every rotation so far, so the sealed files
+    /// of those not stored yet are fsynced first. Errors as
+    /// [`Inner::store_manifest_unless_unchanged`].
+    pub(crate) fn replace_manifest(
+        &self,
+        log: &mut LogState,
+        manifest: &crate::log::manifest::Manifest,
+    ) -> Result<()> {
+        let taken = self.take_rotations(log)?;
+        match self.store_manifest_unless_unchanged(manifest) {
+            Ok(()) => self.rotations_stored(&taken),
+            Err(e) => {
+                self.rotations_not_stored(log, taken);
+                Err(e)
+            }
+        }
+    }
+
     pub(crate) fn rotate_if_nonempty(&self) -> Result<()> {
         self.check_writable()?;
         let mut log = self.log.lock();
@@ -646,7 +628,7 @@ impl Inner {
         check_default(default)?;
         self.check_writable()?;
         let now = self.now_s();
-        let mut log = self.log.lock();
+        let (_manifest, mut log) = self.lock_for_manifest()?;
         if self.catalog.read().by_name.contains_key(name) {
             return Err(Error::Conflict(format!("keyspace '{name}' already exists")));
         }
@@ -663,7 +645,7 @@ impl Inner {
             name: name.to_string(),
             history: history.clone(),
         });
-        self.store_manifest_unless_unchanged(&manifest)?;
+        self.replace_manifest(&mut log, &manifest)?;
         log.manifest = manifest;
         let core = Arc::new(KeyspaceCore {
             id,
@@ -683,12 +665,12 @@ impl Inner {
 
     pub(crate) fn delete_keyspace(&self, name: &str) -> Result<()> {
         self.check_writable()?;
-        let mut log = self.log.lock();
+        let (_manifest, mut log) = self.lock_for_manifest()?;
         let core = self.keyspace_by_name(name)?;
         let mut manifest = log.manifest.clone();
         manifest.keyspaces.retain(|k| k.id != core.id);
         manifest.next_seq = log.next_seq;
-        self.store_manifest_unless_unchanged(&manifest)?;
+        self.replace_manifest(&mut log, &manifest)?;
         log.manifest = manifest;
         core.dropped.store(true, Ordering::Release);
         // The keyspace's timers are counted stale while its lock is held and before it leaves
@@ -726,7 +708,7 @@ impl Inner {
         if ks.dropped.load(Ordering::Acquire) {
             return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
         }
-        let mut log = self.log.lock();
+        let (_manifest, mut log) = self.lock_for_manifest()?;
         // Again under the log mutex, which a concurrent `delete_keyspace` holds.
         if ks.dropped.load(Ordering::Acquire) {
             return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
@@ -754,7 +736,7 @@ impl Inner {
             m.history.clone_from(&history);
         }
         manifest.next_seq = log.next_seq;
-        self.store_manifest_unless_unchanged(&manifest)?;
+        self.replace_manifest(&mut log, &manifest)?;
         log.manifest = manifest;
         let mut st = ks.state.write();
         let before = std::mem::replace(&mut st.history, history);

@@ -31,7 +31,11 @@ pub enum Message {
     /// Write the hint file of this freshly sealed segment.
     WriteHint(u32),
     /// fsync what the writers appended so far (`SYNC_BEHIND_BYTES`), off the write path.
+    /// Handled by the sync thread.
     SyncBehind,
+    /// A rotation is waiting for its fsyncs and manifest (`Inner::commit_rotations`).
+    /// Handled by the sync thread.
+    Rotated,
     /// Stop.
     Shutdown,
 }
@@ -44,17 +48,30 @@ pub struct WorkerHandle {
     /// The reaper thread and the sender whose drop stops it (only with a clock that drives
     /// background work).
     reaper: Option<(Sender<()>, JoinHandle<()>)>,
+    /// The sync thread and its channel.
+    sync: Option<(Sender<Message>, JoinHandle<()>)>,
 }
 
 impl WorkerHandle {
     /// Sends without blocking; a full channel drops the message (every message is an
     /// idempotent request, and hints missing are rebuilt by scanning at open).
     pub fn try_send(&self, msg: Message) {
-        let _ = self.tx.try_send(msg);
+        match (&self.sync, msg) {
+            (Some((tx, _)), Message::SyncBehind | Message::Rotated) => {
+                let _ = tx.try_send(msg);
+            }
+            _ => {
+                let _ = self.tx.try_send(msg);
+            }
+        }
     }
 
     /// Stops the threads and waits for them.
     pub fn shutdown(mut self) {
+        if let Some((tx, thread)) = self.sync.take() {
+            let _ = tx.send(Message::Shutdown);
+            let _ = thread.join();
+        }
         let _ = self.tx.send(Message::Shutdown);
         if let Some((stop, thread)) = self.reaper.take() {
             drop(stop);
@@ -177,11 +194,8 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     Message::WriteHint(id) => {
                         run(&mut || crate::compaction::write_hint_for(&inner, id));
                     }
-                    Message::SyncBehind => {
-                        // A failure poisons the store, as any failed fsync does (the pages it
-                        // covered may be lost while marked clean).
-                        run(&mut || inner.sync_behind());
-                    }
+                    // The sync thread's (sent here only if it could not be started).
+                    Message::SyncBehind | Message::Rotated => {}
                 }
                 // The tick's work, when it is due: also while other messages keep arriving.
                 if Instant::now() < next_tick {
@@ -212,6 +226,7 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                 }
             }
         })?;
+    let inner_for_sync = Arc::clone(&inner_for_reaper);
     let reaper = if inner_for_reaper.opts.clock.drives_background() {
         let (stop, stopped) = bounded::<()>(0);
         match spawn_reaper(inner_for_reaper, stopped) {
@@ -225,11 +240,50 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
     } else {
         None
     };
-    Ok(WorkerHandle {
+    let mut handle = WorkerHandle {
         tx,
         thread: Some(thread),
         reaper,
-    })
+        sync: None,
+    };
+    match spawn_sync(inner_for_sync) {
+        Ok(sync) => handle.sync = Some(sync),
+        Err(e) => {
+            handle.shutdown();
+            return Err(e);
+        }
+    }
+    Ok(handle)
+}
+
+/// Starts the sync thread: it commits rotations (`Inner::commit_rotations`: fsyncs and a
+/// manifest, up to hundreds of milliseconds on a busy disk) and syncs behind the writers, on
+/// its own thread so that neither waits for a merge on the upkeep worker, and the writers
+/// never wait for either. Failures poison the store (each is a failed fsync, rename or
+/// manifest write) and are recorded for `stats()`; its successes do not clear the worker's.
+fn spawn_sync(inner: Arc<Inner>) -> Result<(Sender<Message>, JoinHandle<()>)> {
+    let (tx, rx) = bounded::<Message>(1024);
+    let thread = std::thread::Builder::new()
+        .name("ebbdb-sync".into())
+        .spawn(move || {
+            let run = |job: &mut dyn FnMut() -> Result<()>| {
+                let outcome = catch_unwind(AssertUnwindSafe(job));
+                if !matches!(outcome, Ok(Ok(()))) {
+                    record(&inner, outcome);
+                }
+            };
+            loop {
+                match rx.recv() {
+                    Ok(Message::Rotated) => run(&mut || inner.commit_rotations()),
+                    // A failure poisons the store, as any failed fsync does (the pages it
+                    // covered may be lost while marked clean).
+                    Ok(Message::SyncBehind) => run(&mut || inner.sync_behind()),
+                    Ok(Message::Shutdown) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })?;
+    Ok((tx, thread))
 }
 
 /// Starts the reaper: a thread that handles fired timers just past each whole second (and at

@@ -3,7 +3,7 @@
 //! Writers append encoded records to an in-memory buffer (the *tail*) under the log mutex; the
 //! tail is written to the file (`pwrite` at the flushed length) when it grows past a threshold,
 //! before an fsync, and at rotation. Readers never take the log mutex (which is held across
-//! fsyncs at rotation, catalogue changes and merge publishes): they read the flushed part
+//! fsyncs by catalogue changes and merge publishes): they read the flushed part
 //! through the shared [`ActiveFile`] (mapping or `pread`), and the unflushed tail under the
 //! tail's own mutex, which is held only for an append, a copy, or the `pwrite` of a flush.
 
@@ -11,13 +11,14 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::mmap::{map_active, ActiveMap};
-use super::segment_path;
+use super::{segment_path, segment_tmp_path};
 use crate::faults::{self, FaultKind};
 use crate::format::{SegmentHeader, SEGMENT_HEADER_LEN};
 
@@ -48,6 +49,11 @@ pub struct ActiveFile {
     /// Appended bytes not yet written to the file; they start at `flushed`. `flushed` only
     /// changes under this lock, so a reader holding it sees the two agree.
     tail: Mutex<Vec<u8>>,
+    /// The file's final name (`NNNNNNNNNN.seg`).
+    path: PathBuf,
+    /// True while the file still has its staging name (`.seg.tmp`): a rotation's successor
+    /// keeps it until the manifest names the file (DESIGN.md §8, "Rotation").
+    staged: AtomicBool,
 }
 
 impl ActiveFile {
@@ -97,14 +103,40 @@ impl ActiveFile {
         }
     }
 
-    /// fsyncs the file's data; `path` is its path (for fault injection).
+    /// fsyncs the file's data (with its metadata when `data_only` is false).
     ///
     /// # Errors
-    /// The OS error from `fdatasync`.
-    pub fn sync(&self, path: &Path) -> io::Result<()> {
+    /// The OS error from `fdatasync`/`fsync`.
+    pub fn sync(&self, data_only: bool) -> io::Result<()> {
         let upto = self.flushed.load(Ordering::Acquire);
-        faults::sync_file(&self.file, path, true)?;
+        faults::sync_file(&self.file, &self.current_path(), data_only)?;
         self.durable.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The name the file has now: its staging name until [`ActiveFile::publish_name`].
+    #[must_use]
+    pub fn current_path(&self) -> PathBuf {
+        if self.staged.load(Ordering::Acquire) {
+            self.path.with_extension("seg.tmp")
+        } else {
+            self.path.clone()
+        }
+    }
+
+    /// Gives a staged file its final name (no directory fsync: once the manifest names the
+    /// file, opening renames a staged one itself). Nothing to do for a file that has it.
+    ///
+    /// # Errors
+    /// The OS error from `rename`.
+    pub fn publish_name(&self) -> io::Result<()> {
+        if !self.staged.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let from = self.current_path();
+        faults::check(&from, FaultKind::Rename)?;
+        std::fs::rename(&from, &self.path)?;
+        self.staged.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -117,7 +149,7 @@ impl ActiveFile {
             .slice(u64::from(offset), u64::from(len), flushed)
     }
 
-    fn new(id: u32, file: File, flushed: u64, map_len: u64) -> Self {
+    fn new(id: u32, file: File, flushed: u64, map_len: u64, path: PathBuf, staged: bool) -> Self {
         let map = map_active(&file, map_len.max(flushed)).ok();
         Self {
             id,
@@ -126,6 +158,8 @@ impl ActiveFile {
             durable: AtomicU64::new(flushed),
             map,
             tail: Mutex::new(Vec::with_capacity(FLUSH_THRESHOLD * 2)),
+            path,
+            staged: AtomicBool::new(staged),
         }
     }
 }
@@ -139,7 +173,6 @@ pub struct ActiveWriter {
     pub header: SegmentHeader,
     /// Logical length: flushed bytes plus the tail.
     len: u64,
-    path: std::path::PathBuf,
     /// Physical length of the file: written records, then zeros.
     zeroed_to: u64,
     /// How far ahead to zero-fill: `PREALLOCATE`, but never more than a segment.
@@ -147,14 +180,27 @@ pub struct ActiveWriter {
 }
 
 impl ActiveWriter {
-    /// Creates segment `id` with its header written and fsynced. The caller fsyncs the
-    /// directory (through the manifest write that lists the file).
+    /// Creates segment `id` with its header written: under its final name, fsynced, or, when
+    /// `staged` (a rotation's successor, named only once a manifest lists it), under its
+    /// staging name (`.seg.tmp`) and not fsynced (the rotation's commit does that before the
+    /// manifest names it). The caller fsyncs the directory (through the manifest write that
+    /// lists the file).
     ///
     /// # Errors
     /// Any OS error.
-    pub fn create(dir: &Path, id: u32, created_seq: u64, map_len: u64) -> io::Result<Self> {
+    pub fn create(
+        dir: &Path,
+        id: u32,
+        created_seq: u64,
+        map_len: u64,
+        staged: bool,
+    ) -> io::Result<Self> {
         let header = SegmentHeader { id, created_seq };
-        let path = segment_path(dir, id);
+        let path = if staged {
+            segment_tmp_path(dir, id)
+        } else {
+            segment_path(dir, id)
+        };
         faults::check(&path, FaultKind::Create)?;
         let file = OpenOptions::new()
             .create_new(true)
@@ -162,13 +208,15 @@ impl ActiveWriter {
             .write(true)
             .open(&path)?;
         faults::write_all_at(&file, &path, &header.encode(), 0)?;
-        faults::sync_file(&file, &path, false)?;
+        if !staged {
+            faults::sync_file(&file, &path, false)?;
+        }
         let len = SEGMENT_HEADER_LEN as u64;
+        let shared = ActiveFile::new(id, file, len, map_len, segment_path(dir, id), staged);
         Ok(Self {
-            shared: Arc::new(ActiveFile::new(id, file, len, map_len)),
+            shared: Arc::new(shared),
             header,
             len,
-            path,
             zeroed_to: len,
             prealloc: PREALLOCATE.min(map_len.max(4096)),
         })
@@ -205,11 +253,13 @@ impl ActiveWriter {
             faults::sync_file(&file, &segment_path(dir, header.id), true)?;
             physical.max(valid_len)
         };
+        let path = segment_path(dir, header.id);
         Ok(Self {
-            shared: Arc::new(ActiveFile::new(header.id, file, valid_len, map_len)),
+            shared: Arc::new(ActiveFile::new(
+                header.id, file, valid_len, map_len, path, false,
+            )),
             header,
             len: valid_len,
-            path: segment_path(dir, header.id),
             zeroed_to,
             prealloc: PREALLOCATE.min(map_len.max(4096)),
         })
@@ -230,25 +280,18 @@ impl ActiveWriter {
         self
     }
 
-    /// Cuts preallocated space off the end (before sealing) and fsyncs the file.
+    /// Cuts preallocated space off the end (before sealing), without an fsync; true if the
+    /// file's length changed (its fsync must then include metadata).
     ///
     /// # Errors
-    /// The OS error from `ftruncate` or `fsync`.
-    pub fn trim_and_sync(&self) -> io::Result<()> {
+    /// The OS error from `ftruncate`.
+    pub fn trim(&self) -> io::Result<bool> {
         if self.shared.file.metadata()?.len() > self.len {
-            faults::check(&self.path, FaultKind::Truncate)?;
+            faults::check(&self.shared.current_path(), FaultKind::Truncate)?;
             self.shared.file.set_len(self.len)?;
-            return faults::sync_file(&self.shared.file, &self.path, false);
+            return Ok(true);
         }
-        self.sync()
-    }
-
-    /// fsyncs the file's data (subject to fault injection).
-    ///
-    /// # Errors
-    /// The OS error from `fdatasync`.
-    pub fn sync(&self) -> io::Result<()> {
-        self.shared.sync(&self.path)
+        Ok(false)
     }
 
     /// Logical length (flushed + buffered).
@@ -296,10 +339,11 @@ impl ActiveWriter {
             // Extend with zeros well past this write, so the next appends overwrite.
             let target = end + self.prealloc;
             let zeros = vec![0u8; (target - end) as usize];
-            faults::write_all_at(&self.shared.file, &self.path, &zeros, end)?;
+            let path = self.shared.current_path();
+            faults::write_all_at(&self.shared.file, &path, &zeros, end)?;
             self.zeroed_to = target;
         }
-        faults::write_all_at(&self.shared.file, &self.path, &tail, at)?;
+        faults::write_all_at(&self.shared.file, &self.shared.current_path(), &tail, at)?;
         self.shared.flushed.store(self.len, Ordering::Release);
         tail.clear();
         Ok(())

@@ -37,7 +37,17 @@ impl Segment {
     pub fn open(dir: &Path, id: u32) -> Result<Self> {
         let path = segment_path(dir, id);
         let file = File::open(&path).at(&path)?;
-        let map = mmap::map_sealed(&file).at(&path)?;
+        Self::from_file(dir, id, &file)
+    }
+
+    /// Maps segment `id` of `dir` from a file already open: a rotation seals the active file
+    /// this way, whatever name it has at that moment (DESIGN.md §8, "Rotation").
+    ///
+    /// # Errors
+    /// As [`Segment::open`].
+    pub fn from_file(dir: &Path, id: u32, file: &File) -> Result<Self> {
+        let path = segment_path(dir, id);
+        let map = mmap::map_sealed(file).at(&path)?;
         let bytes: &[u8] = map.as_deref().unwrap_or_default();
         let header = SegmentHeader::decode(bytes)
             .map_err(|e| Error::corruption(&path, 0, format!("segment header: {e}")))?;

@@ -1,0 +1,168 @@
+//! Rotation: sealing the active segment and moving the writers to the next one, with every
+//! fsync off the log mutex (DESIGN.md §8, "Rotation").
+//!
+//! A rotation happens in two parts:
+//! 1. Under the log mutex, [`Inner::rotate`] writes the old file's buffered tail, cuts its
+//!    preallocated space, maps it as a sealed segment, creates the next file under its staging
+//!    name (`.seg.tmp`, header written) and moves the writers to it. No fsync, no manifest
+//!    write. The rotation is queued in `LogState::pending`.
+//! 2. [`Inner::commit_rotations`], on the sync thread (or on any caller that needs bytes after
+//!    the rotation durable), fsyncs each sealed file and the new active one, stores the
+//!    manifest that lists them, then gives the successors their `.seg` names.
+//!
+//! Until its manifest is stored, a rotation does not exist on disk: the manifest names the old
+//! file active, and opening deletes the successors as unlisted `.seg.tmp` files, with whatever
+//! was appended to them. That is a prefix of the log (every record in a successor came after
+//! every record in the file before it), and none of it was acknowledged as durable: `sync`,
+//! `SyncPolicy::Always`, merges and catalogue changes commit pending rotations before they
+//! count anything after them as durable.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{next_id, Inner, LogState, PendingSeal};
+use crate::error::{IoContext, Result};
+use crate::expiry::worker::Message;
+use crate::log::active::ActiveWriter;
+use crate::log::manifest::SealedSegment;
+use crate::log::segment::Segment;
+
+impl Inner {
+    /// Seals the active segment and moves the writers to the next one (caller holds the log
+    /// mutex). Any failure poisons the store: the buffered tail may be half written.
+    pub(crate) fn rotate(&self, log: &mut LogState) -> Result<()> {
+        self.rotate_inner(log).inspect_err(|_| self.poison())
+    }
+
+    fn rotate_inner(&self, log: &mut LogState) -> Result<()> {
+        let sealed_id = log.active.id();
+        let path = log.active.shared.current_path();
+        log.active.flush().at(&path)?;
+        let trimmed = log.active.trim().at(&path)?;
+        let segment = Arc::new(Segment::from_file(
+            &self.dir,
+            sealed_id,
+            &log.active.shared.file,
+        )?);
+        // The successor: created under its staging name, its header written but not fsynced
+        // (the commit fsyncs it before any manifest names it).
+        let new_id = log.manifest.next_file_id;
+        log.manifest.next_file_id = next_id(new_id)?;
+        let fresh = ActiveWriter::create(
+            &self.dir,
+            new_id,
+            log.next_seq,
+            self.opts.segment_size,
+            true,
+        )
+        .at(crate::log::segment_tmp_path(&self.dir, new_id))?;
+        let fresh = if self.opts.sync.preallocates() {
+            fresh
+        } else {
+            fresh.without_preallocation()
+        };
+        log.manifest.next_seq = log.next_seq;
+        log.manifest.sealed.push(SealedSegment {
+            id: sealed_id,
+            len: segment.len(),
+        });
+        log.manifest.active = Some(fresh.id());
+        log.rotations += 1;
+        log.pending.push(PendingSeal {
+            sealed: Arc::clone(&log.active.shared),
+            trimmed,
+            successor: Arc::clone(&fresh.shared),
+            number: log.rotations,
+        });
+        log.segstats.entry(fresh.id()).or_default();
+        {
+            let mut set = self.segments.write();
+            set.sealed.insert(sealed_id, segment);
+            set.active = Arc::clone(&fresh.shared);
+        }
+        log.active = fresh;
+        self.send(Message::Rotated);
+        Ok(())
+    }
+
+    /// Makes every rotation so far durable: fsyncs, manifest, names. Any failure poisons the
+    /// store.
+    ///
+    /// # Errors
+    /// The failed fsync, manifest write or rename.
+    pub(crate) fn commit_rotations(&self) -> Result<()> {
+        let _manifest = self.manifest_lock.lock();
+        let (manifest, pending) = {
+            let mut log = self.log.lock();
+            if log.pending.is_empty() {
+                return Ok(());
+            }
+            let mut manifest = log.manifest.clone();
+            manifest.next_seq = log.next_seq;
+            (manifest, std::mem::take(&mut log.pending))
+        };
+        sync_sealed(&pending).inspect_err(|_| self.poison())?;
+        self.store_manifest(&manifest)?;
+        self.rotations_stored(&pending)
+    }
+
+    /// For a manifest replacement made under the log mutex (merge publish, catalogue change),
+    /// whose manifest is built from `log.manifest` and so lists every rotation so far: fsyncs
+    /// the sealed files of rotations not yet stored, and returns them. The caller holds the
+    /// manifest lock, and first ran [`Inner::commit_rotations`] without the log mutex, so this
+    /// finds one only if a rotation came in between. After its manifest is stored the caller
+    /// passes them to [`Inner::rotations_stored`]; if the manifest was not stored, to
+    /// [`Inner::rotations_not_stored`].
+    pub(crate) fn take_rotations(&self, log: &mut LogState) -> Result<Vec<PendingSeal>> {
+        let pending = std::mem::take(&mut log.pending);
+        if let Err(e) = sync_sealed(&pending) {
+            self.poison();
+            log.pending = pending;
+            return Err(e);
+        }
+        Ok(pending)
+    }
+
+    /// Puts back rotations whose manifest failed to be stored (the store stays writable: the
+    /// manifest on disk is the old one).
+    pub(crate) fn rotations_not_stored(&self, log: &mut LogState, mut taken: Vec<PendingSeal>) {
+        taken.append(&mut log.pending);
+        log.pending = taken;
+    }
+
+    /// Once a manifest listing `stored` is durable: names their successors `.seg` and asks
+    /// for the sealed files' hints. A failed rename poisons (the store goes on under names
+    /// opening would fix, so it stops instead).
+    pub(crate) fn rotations_stored(&self, stored: &[PendingSeal]) -> Result<()> {
+        for p in stored {
+            let from = p.successor.current_path();
+            p.successor
+                .publish_name()
+                .at(from)
+                .inspect_err(|_| self.poison())?;
+        }
+        if let Some(last) = stored.last() {
+            self.rotations_durable
+                .fetch_max(last.number, Ordering::AcqRel);
+        }
+        for p in stored {
+            self.send(Message::WriteHint(p.sealed.id));
+        }
+        Ok(())
+    }
+}
+
+/// fsyncs every sealed file of `pending` (with metadata if its length was cut), and the last
+/// successor (the others are sealed files of later rotations), whose header must be durable
+/// before a manifest names it.
+fn sync_sealed(pending: &[PendingSeal]) -> Result<()> {
+    for p in pending {
+        p.sealed.sync(!p.trimmed).at(p.sealed.current_path())?;
+    }
+    if let Some(last) = pending.last() {
+        last.successor
+            .sync(true)
+            .at(last.successor.current_path())?;
+    }
+    Ok(())
+}

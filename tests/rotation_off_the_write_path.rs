@@ -1,0 +1,157 @@
+//! A rotation does none of its fsyncs on the write path (DESIGN.md §8, "Rotation").
+//!
+//! The writer that fills a segment only switches to a new file; the sealed file's fsync, the
+//! new file's and the manifest that lists them are done by the sync thread afterwards. These
+//! tests check the three promises that come with that:
+//! - writers never wait for those fsyncs, also on a disk where each takes seconds;
+//! - until its manifest is stored a rotation does not exist on disk: a power loss then keeps a
+//!   prefix of the log, and opening removes the files the writers had moved on to;
+//! - whatever counts a write as durable (`sync()`, `SyncPolicy::Always`) stores the manifests
+//!   of the rotations before it first, under every sync policy.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ebbdb::{faults, DefaultTtl, Keyspace, Options, Store, SyncPolicy};
+
+const VALUE: [u8; 300] = [7u8; 300];
+
+fn key(i: usize) -> String {
+    format!("key-{i:05}")
+}
+
+fn opts(sync: SyncPolicy) -> Options {
+    common::manual(&common::clock())
+        .sync(sync)
+        .segment_size(16 * 1024)
+}
+
+fn put_range(ks: &Keyspace, from: usize, to: usize) -> ebbdb::Result<()> {
+    for i in from..to {
+        ks.put(key(i), VALUE)?;
+    }
+    Ok(())
+}
+
+fn staged_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".seg.tmp"))
+            .count()
+    })
+}
+
+#[test]
+fn writers_do_not_wait_for_a_rotation_fsync() -> ebbdb::Result<()> {
+    const STALL: Duration = Duration::from_secs(2);
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(dir.path(), opts(SyncPolicy::Never))?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    let before = store.stats().segments;
+    faults::stall_syncs(dir.path(), STALL);
+    let t = Instant::now();
+    // ~340 KB: about twenty rotations, each of which fsynced under the log mutex before.
+    put_range(&ks, 0, 1000)?;
+    let took = t.elapsed();
+    let rotations = store.stats().segments - before;
+    for i in (0..1000).step_by(97) {
+        assert_eq!(ks.get(key(i))?.as_deref(), Some(&VALUE[..]));
+    }
+    faults::stall_syncs(dir.path(), Duration::ZERO);
+    assert!(rotations >= 10, "only {rotations} rotations");
+    // Generous: one stalled fsync on the write path would take two seconds alone.
+    assert!(
+        took < Duration::from_secs(1),
+        "{rotations} rotations held the writer for {took:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn power_out_before_rotations_are_stored_keeps_a_prefix() -> Result<(), Box<dyn std::error::Error>>
+{
+    for sync in [
+        SyncPolicy::Never,
+        SyncPolicy::Periodic(Duration::from_secs(3600)),
+    ] {
+        let dir = tempfile::tempdir()?;
+        faults::track(dir.path())?;
+        let store = Store::open_with(dir.path(), opts(sync))?;
+        let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+        put_range(&ks, 0, 100)?;
+        store.sync()?;
+        // The power goes out now: nothing fsynced from here on is durable, while the writers
+        // rotate many times and the sync thread goes on committing.
+        faults::freeze_after(dir.path(), faults::syncs(dir.path()));
+        put_range(&ks, 100, 600)?;
+        store.simulate_crash();
+        drop(ks);
+        drop(store);
+        faults::power_loss(dir.path())?;
+
+        let store = Store::open_with(dir.path(), opts(sync))?;
+        let ks = store.keyspace("ks")?;
+        for i in 0..100 {
+            assert_eq!(
+                ks.get(key(i))?.as_deref(),
+                Some(&VALUE[..]),
+                "{sync:?}: synced {} lost",
+                key(i)
+            );
+        }
+        let kept = (100..600)
+            .take_while(|&i| ks.get(key(i)).ok().flatten().is_some())
+            .count();
+        for i in 100 + kept..600 {
+            assert_eq!(
+                ks.get(key(i))?,
+                None,
+                "{sync:?}: {} kept after a gap",
+                key(i)
+            );
+        }
+        assert_eq!(staged_files(dir.path()), 0, "{sync:?}: staged files left");
+    }
+    Ok(())
+}
+
+#[test]
+fn durable_writes_store_the_rotations_before_them() -> Result<(), Box<dyn std::error::Error>> {
+    for sync in [
+        SyncPolicy::Always,
+        SyncPolicy::Never,
+        SyncPolicy::Periodic(Duration::from_secs(3600)),
+    ] {
+        let dir = tempfile::tempdir()?;
+        faults::track(dir.path())?;
+        let store = Store::open_with(dir.path(), opts(sync))?;
+        let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+        // Slow fsyncs keep the sync thread behind the rotations, so the durable write below
+        // finds some not stored yet.
+        faults::stall_syncs(dir.path(), Duration::from_millis(5));
+        put_range(&ks, 0, 300)?;
+        if !matches!(sync, SyncPolicy::Always) {
+            store.sync()?;
+        }
+        faults::stall_syncs(dir.path(), Duration::ZERO);
+        faults::freeze_after(dir.path(), faults::syncs(dir.path()));
+        store.simulate_crash();
+        drop(ks);
+        drop(store);
+        faults::power_loss(dir.path())?;
+
+        let store = Store::open_with(dir.path(), opts(sync))?;
+        let ks = store.keyspace("ks")?;
+        for i in 0..300 {
+            assert_eq!(
+                ks.get(key(i))?.as_deref(),
+                Some(&VALUE[..]),
+                "{sync:?}: acknowledged durable {} lost",
+                key(i)
+            );
+        }
+    }
+    Ok(())
+}
