@@ -155,3 +155,44 @@ fn durable_writes_store_the_rotations_before_them() -> Result<(), Box<dyn std::e
     }
     Ok(())
 }
+
+/// A merge stores its manifest without the log mutex: with every fsync made slow, writers
+/// that run while `compact()` merges never wait for one (before, the publish held the log
+/// mutex across the manifest's two fsyncs).
+#[test]
+fn writers_do_not_wait_for_a_merge_publish() -> ebbdb::Result<()> {
+    const STALL: Duration = Duration::from_millis(300);
+    let dir = tempfile::tempdir()?;
+    // Segments of 64 KiB: the garbage below fills several, the writes during the merge (one
+    // every 10 ms) about one every two seconds, so rotation commits keep up with the slow disk.
+    let store = Store::open_with(dir.path(), opts(SyncPolicy::Never).segment_size(64 * 1024))?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    put_range(&ks, 0, 400)?;
+    put_range(&ks, 0, 400)?;
+    store.sync()?;
+    faults::stall_syncs(dir.path(), STALL);
+    let merging = {
+        let store = store.clone();
+        std::thread::spawn(move || store.compact())
+    };
+    let mut slowest = Duration::ZERO;
+    let mut i = 1000;
+    while !merging.is_finished() {
+        let t = Instant::now();
+        ks.put(key(i), VALUE)?;
+        slowest = slowest.max(t.elapsed());
+        i += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let report = merging.join().expect("compact thread")?;
+    faults::stall_syncs(dir.path(), Duration::ZERO);
+    assert!(
+        report.segments_merged + report.segments_dropped > 0,
+        "{report:?}"
+    );
+    assert!(
+        slowest < STALL * 4 / 5,
+        "a write waited {slowest:?} while a merge published"
+    );
+    Ok(())
+}

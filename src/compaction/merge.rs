@@ -417,27 +417,43 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     // 3. Publish. The outputs' byte accounting goes in with the manifest, so a write that
     // supersedes a moved copy from now on finds its segment's counters. A manifest failure
     // before its rename changes nothing (the outputs are still `.seg.tmp` leftovers).
+    //
+    // The manifest's fsyncs run without the log mutex (writers go on; the manifest lock keeps
+    // every other manifest replacement out), so the change is applied to `log.manifest` after
+    // the store: rotations in between only add to it, and no key-directory entry points at an
+    // output before step 4.
     let retired: HashSet<u32> = inputs.iter().chain(&dropped).map(|s| s.id).collect();
     {
-        let (_manifest, mut log) = inner.lock_for_manifest()?;
-        let mut manifest: Manifest = log.manifest.clone();
-        manifest.sealed.retain(|s| !retired.contains(&s.id));
-        manifest.sealed.extend(
-            written
-                .iter()
-                .map(|&(id, _, len)| SealedSegment { id, len }),
-        );
-        manifest.next_seq = log.next_seq;
+        let _manifest = inner.lock_manifest()?;
         // Retired files are unlinked when their last reader lets go; until then the manifest
         // lists them so that opening may delete them (and nothing else unlisted).
-        manifest
-            .retired
-            .retain(|id| segment_path(&inner.dir, *id).exists());
-        manifest.retired.extend(retired.iter().copied());
-        manifest.retired.sort_unstable();
-        manifest.retired.dedup();
-        inner.replace_manifest(&mut log, &manifest)?;
-        log.manifest = manifest;
+        let mut still_retired = {
+            let log = inner.log.lock();
+            log.manifest.retired.clone()
+        };
+        still_retired.retain(|id| segment_path(&inner.dir, *id).exists());
+        still_retired.extend(retired.iter().copied());
+        still_retired.sort_unstable();
+        still_retired.dedup();
+        let swap = |m: &mut Manifest| {
+            m.sealed.retain(|s| !retired.contains(&s.id));
+            m.sealed.extend(
+                written
+                    .iter()
+                    .map(|&(id, _, len)| SealedSegment { id, len }),
+            );
+            m.retired.clone_from(&still_retired);
+        };
+        let (manifest, taken) = {
+            let mut log = inner.log.lock();
+            let mut manifest: Manifest = log.manifest.clone();
+            swap(&mut manifest);
+            manifest.next_seq = log.next_seq;
+            (manifest, std::mem::take(&mut log.pending))
+        };
+        inner.store_manifest_with(&manifest, taken)?;
+        let mut log = inner.log.lock();
+        swap(&mut log.manifest);
         log.segstats
             .extend(written.iter().map(|&(id, stats, _)| (id, stats)));
     }

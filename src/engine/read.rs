@@ -4,7 +4,7 @@
 //! concurrent merge cannot retire the segment between the two), then copies the record out
 //! without any lock for sealed segments (mapping) or the flushed part of the active segment
 //! (`pread`); a record still in the active segment's unflushed tail is copied under the tail's
-//! own lock (never the log mutex, which is held across fsyncs). Every
+//! own lock (never the log mutex, which a catalogue change holds across fsyncs). Every
 //! record read is checked: CRC, and that it is the key that was asked for.
 
 use std::sync::Arc;

@@ -123,6 +123,28 @@ impl Inner {
         Ok(pending)
     }
 
+    /// Stores `manifest`, built from `log.manifest` under the log mutex together with taking
+    /// `taken` (the rotations it lists that were not stored yet), without the log mutex: the
+    /// caller holds only the manifest lock. fsyncs their files first (a failure poisons); if
+    /// the manifest is not stored, puts them back. Errors as
+    /// [`Inner::store_manifest_unless_unchanged`].
+    pub(crate) fn store_manifest_with(
+        &self,
+        manifest: &crate::log::manifest::Manifest,
+        taken: Vec<PendingSeal>,
+    ) -> Result<()> {
+        let stored = sync_sealed(&taken)
+            .inspect_err(|_| self.poison())
+            .and_then(|()| self.store_manifest_unless_unchanged(manifest));
+        match stored {
+            Ok(()) => self.rotations_stored(&taken),
+            Err(e) => {
+                self.rotations_not_stored(&mut self.log.lock(), taken);
+                Err(e)
+            }
+        }
+    }
+
     /// Puts back rotations whose manifest failed to be stored (the store stays writable: the
     /// manifest on disk is the old one).
     pub(crate) fn rotations_not_stored(&self, log: &mut LogState, mut taken: Vec<PendingSeal>) {

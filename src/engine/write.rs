@@ -586,9 +586,14 @@ impl Inner {
     pub(crate) fn lock_for_manifest(
         &self,
     ) -> Result<(MutexGuard<'_, ()>, MutexGuard<'_, LogState>)> {
-        self.commit_rotations()?;
-        let manifest = self.manifest_lock.lock();
+        let manifest = self.lock_manifest()?;
         Ok((manifest, self.log.lock()))
+    }
+
+    /// Takes the manifest lock after committing the rotations so far (without it).
+    pub(crate) fn lock_manifest(&self) -> Result<MutexGuard<'_, ()>> {
+        self.commit_rotations()?;
+        Ok(self.manifest_lock.lock())
     }
 
     /// Stores `manifest`, built from `log.manifest` under the log mutex and the manifest lock

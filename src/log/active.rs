@@ -3,7 +3,7 @@
 //! Writers append encoded records to an in-memory buffer (the *tail*) under the log mutex; the
 //! tail is written to the file (`pwrite` at the flushed length) when it grows past a threshold,
 //! before an fsync, and at rotation. Readers never take the log mutex (which is held across
-//! fsyncs by catalogue changes and merge publishes): they read the flushed part
+//! fsyncs by catalogue changes): they read the flushed part
 //! through the shared [`ActiveFile`] (mapping or `pread`), and the unflushed tail under the
 //! tail's own mutex, which is held only for an append, a copy, or the `pwrite` of a flush.
 
