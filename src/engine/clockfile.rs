@@ -135,8 +135,17 @@ impl super::Inner {
     /// The active segment's durable prefix now. `try_read`: this runs on paths that may already
     /// hold locks, so it never waits; `None` (a rotation holds the set) keeps the old claim,
     /// which is still true.
+    ///
+    /// No claim either for an active file still under its staging name (a rotation not
+    /// committed): no manifest on disk lists it, so a crash now deletes it and frees its id,
+    /// and a claim recorded for it would later be taken as one about the next file of that id
+    /// (which may hold fewer bytes: opening would then refuse the store). The old claim is
+    /// about a file the manifest on disk lists, and it stays true.
     pub(super) fn durable_point(&self) -> Option<DurablePoint> {
         let set = self.segments.try_read()?;
+        if set.active.is_staged() {
+            return None;
+        }
         Some(DurablePoint {
             segment: set.active.id,
             len: set.active.durable.load(Ordering::Acquire),

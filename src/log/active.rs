@@ -124,6 +124,13 @@ impl ActiveFile {
         }
     }
 
+    /// True while the file has its staging name: no manifest on disk lists it yet, and a
+    /// crash before one does frees its id for reuse.
+    #[must_use]
+    pub fn is_staged(&self) -> bool {
+        self.staged.load(Ordering::Acquire)
+    }
+
     /// Gives a staged file its final name (no directory fsync: once the manifest names the
     /// file, opening renames a staged one itself). Nothing to do for a file that has it.
     ///
