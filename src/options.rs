@@ -24,9 +24,15 @@ pub enum SyncPolicy {
     #[default]
     Always,
     /// Writes return once in the OS page cache; a background thread fsyncs at this interval.
+    /// A crash keeps a prefix of the writes that includes every one before the last completed
+    /// fsync (see [`SyncPolicy::Never`] for what a process crash can lose).
     Periodic(Duration),
     /// No write waits for an fsync: the log is fsynced on [`Store::sync`](crate::Store::sync)
     /// and close, and in the background after each segment rotation and every 8 MiB appended.
+    /// A crash keeps a prefix of the writes that includes every one before the last completed
+    /// `sync()`. A power loss can take anything after that; a process crash takes the write
+    /// buffer (up to 256 KiB) and, if a segment rotation's background commit had not finished
+    /// (usually milliseconds), everything written since that rotation.
     Never,
 }
 

@@ -673,6 +673,11 @@ impl Inner {
         Ok(())
     }
 
+    /// True once `close` (or a simulated crash) began.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     pub(crate) fn poison(&self) {
         self.poisoned.store(true, Ordering::Release);
     }

@@ -85,6 +85,13 @@ impl Inner {
         Ok(())
     }
 
+    fn check_not_poisoned(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(crate::error::Error::Poisoned);
+        }
+        Ok(())
+    }
+
     /// Makes every rotation so far durable: fsyncs, manifest, names. Any failure poisons the
     /// store.
     ///
@@ -92,6 +99,10 @@ impl Inner {
     /// The failed fsync, manifest write or rename.
     pub(crate) fn commit_rotations(&self) -> Result<()> {
         let _manifest = self.manifest_lock.lock();
+        // After a failure nothing more is made durable: a failed fsync may have dropped pages
+        // that a second fsync would then report clean, and a manifest stored now could list
+        // a sealed file missing data.
+        self.check_not_poisoned()?;
         let (manifest, pending) = {
             let mut log = self.log.lock();
             if log.pending.is_empty() {
@@ -114,6 +125,7 @@ impl Inner {
     /// passes them to [`Inner::rotations_stored`]; if the manifest was not stored, to
     /// [`Inner::rotations_not_stored`].
     pub(crate) fn take_rotations(&self, log: &mut LogState) -> Result<Vec<PendingSeal>> {
+        self.check_not_poisoned()?;
         let pending = std::mem::take(&mut log.pending);
         if let Err(e) = sync_sealed(&pending) {
             self.poison();
@@ -133,7 +145,9 @@ impl Inner {
         manifest: &crate::log::manifest::Manifest,
         taken: Vec<PendingSeal>,
     ) -> Result<()> {
-        let stored = sync_sealed(&taken)
+        let stored = self
+            .check_not_poisoned()
+            .and_then(|()| sync_sealed(&taken))
             .inspect_err(|_| self.poison())
             .and_then(|()| self.store_manifest_unless_unchanged(manifest));
         match stored {

@@ -273,7 +273,14 @@ fn spawn_sync(inner: Arc<Inner>) -> Result<(Sender<Message>, JoinHandle<()>)> {
                 }
             };
             loop {
-                match rx.recv() {
+                let msg = rx.recv();
+                // Once the store is closing (close commits what is left itself) or crashing
+                // (`Store::simulate_crash`: nothing more may reach the disk), queued requests
+                // are dropped.
+                if inner.is_closed() {
+                    break;
+                }
+                match msg {
                     Ok(Message::Rotated) => run(&mut || inner.commit_rotations()),
                     // A failure poisons the store, as any failed fsync does (the pages it
                     // covered may be lost while marked clean).
