@@ -110,7 +110,10 @@ impl Run {
 fn sharing(load_start: &str) -> &'static str {
     match load_start.trim().parse::<f64>() {
         Ok(l) if l < 0.5 => "Nothing else ran on the machine when the run started.",
-        Ok(_) => "The machine was shared: other builds and tests ran on the same 2 cores during the run.",
+        Ok(_) => {
+            "The load average was not near zero when the run started: other work may have run on \
+             the same 2 cores (the load average also counts work that had just finished)."
+        }
         Err(_) => "The load of the machine was not recorded.",
     }
 }
