@@ -52,15 +52,16 @@ fn writers_do_not_wait_for_a_rotation_fsync() -> ebbdb::Result<()> {
     let before = store.stats().segments;
     faults::stall_syncs(dir.path(), STALL);
     let t = Instant::now();
-    // ~340 KB: about twenty rotations, each of which fsynced under the log mutex before.
-    put_range(&ks, 0, 1000)?;
+    // ~100 KB: six rotations, each of which fsynced under the log mutex before (and fewer
+    // than the backpressure bound, `writers_wait_once_too_many_rotations_are_pending`).
+    put_range(&ks, 0, 300)?;
     let took = t.elapsed();
     let rotations = store.stats().segments - before;
-    for i in (0..1000).step_by(97) {
+    for i in (0..300).step_by(37) {
         assert_eq!(ks.get(key(i))?.as_deref(), Some(&VALUE[..]));
     }
     faults::stall_syncs(dir.path(), Duration::ZERO);
-    assert!(rotations >= 10, "only {rotations} rotations");
+    assert!(rotations >= 5, "only {rotations} rotations");
     // Generous: one stalled fsync on the write path would take two seconds alone.
     assert!(
         took < Duration::from_secs(1),
@@ -193,6 +194,33 @@ fn writers_do_not_wait_for_a_merge_publish() -> ebbdb::Result<()> {
     assert!(
         slowest < STALL * 4 / 5,
         "a write waited {slowest:?} while a merge published"
+    );
+    Ok(())
+}
+
+/// On a disk slower than the writers, uncommitted rotations do not pile up: past a bound
+/// (eight) the writer commits them itself. With every fsync taking 50 ms and writes at full
+/// speed, the staged files (one per uncommitted rotation) stay within the bound plus the ones
+/// a commit in progress has not renamed yet.
+#[test]
+fn writers_wait_once_too_many_rotations_are_pending() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(dir.path(), opts(SyncPolicy::Never))?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    faults::stall_syncs(dir.path(), Duration::from_millis(50));
+    let mut most = 0;
+    // ~1 MB: about sixty rotations.
+    for i in 0..3000 {
+        ks.put(key(i), VALUE)?;
+        if i % 10 == 0 {
+            most = most.max(staged_files(dir.path()));
+        }
+    }
+    faults::stall_syncs(dir.path(), Duration::ZERO);
+    assert!(most <= 10, "{most} uncommitted rotations at once");
+    assert!(
+        most >= 2,
+        "the sync thread kept up ({most}): the test proves nothing"
     );
     Ok(())
 }

@@ -147,6 +147,8 @@ pub(crate) struct Inner {
     /// Rotations (numbered as `LogState::rotations`) whose manifest is stored: every byte
     /// appended before them is in a file the manifest on disk accounts for.
     pub(crate) rotations_durable: AtomicU64,
+    /// `LogState::rotations`, readable without the log mutex.
+    pub(crate) rotations_started: AtomicU64,
     /// Sealed segments whose hint was not written because they were about to die whole
     /// (`compaction::write_hint_for`); the worker writes it if one outlives that.
     pub(crate) hints_deferred: Mutex<std::collections::BTreeSet<u32>>,

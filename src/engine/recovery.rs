@@ -443,6 +443,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         merge_lock: Mutex::new(()),
         manifest_lock: Mutex::new(()),
         rotations_durable: AtomicU64::new(0),
+        rotations_started: AtomicU64::new(0),
         hints_deferred: Mutex::new(hints_deferred),
         worker: Mutex::new(None),
         worker_error: Mutex::new(super::WorkerErrors::default()),

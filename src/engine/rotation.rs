@@ -27,6 +27,12 @@ use crate::log::active::ActiveWriter;
 use crate::log::manifest::SealedSegment;
 use crate::log::segment::Segment;
 
+/// Rotations that may wait for their commit before a writer commits them itself
+/// ([`Inner::commit_if_far_behind`]). At the default 64 MiB segments that is half a GiB
+/// written and not yet fsynced; the sync thread commits each rotation within milliseconds on
+/// a healthy disk, so writers only meet this bound on a disk slower than they are.
+pub(crate) const MAX_PENDING_ROTATIONS: u64 = 8;
+
 impl Inner {
     /// Seals the active segment and moves the writers to the next one (caller holds the log
     /// mutex). Any failure poisons the store: the buffered tail may be half written.
@@ -68,6 +74,8 @@ impl Inner {
         });
         log.manifest.active = Some(fresh.id());
         log.rotations += 1;
+        self.rotations_started
+            .store(log.rotations, Ordering::Release);
         log.pending.push(PendingSeal {
             sealed: Arc::clone(&log.active.shared),
             trimmed,
@@ -88,6 +96,22 @@ impl Inner {
     fn check_not_poisoned(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(crate::error::Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Backpressure for a disk slower than the writers: once more than
+    /// [`MAX_PENDING_ROTATIONS`] rotations wait for their commit, the writer commits them
+    /// itself (after letting the log mutex go) instead of letting uncommitted files, each a
+    /// segment of data at risk, pile up.
+    ///
+    /// # Errors
+    /// As [`Inner::commit_rotations`].
+    pub(crate) fn commit_if_far_behind(&self) -> Result<()> {
+        let started = self.rotations_started.load(Ordering::Acquire);
+        let durable = self.rotations_durable.load(Ordering::Acquire);
+        if started.saturating_sub(durable) > MAX_PENDING_ROTATIONS {
+            self.commit_rotations()?;
         }
         Ok(())
     }

@@ -537,6 +537,7 @@ impl Inner {
         // If expiry has fallen behind, this write handles a share of the backlog (no lock is
         // held here): expiry keeps pace with the writers instead of piling up.
         self.assist_reaping(existed.len(), now);
+        self.commit_if_far_behind()?;
         Ok(existed)
     }
 
