@@ -1,4 +1,4 @@
-//! A rotation does none of its fsyncs on the write path (DESIGN.md §8, "Rotation").
+//! A rotation does none of its fsyncs on the write path (DESIGN.md §5, "Rotation").
 //!
 //! The writer that fills a segment only switches to a new file; the sealed file's fsync, the
 //! new file's and the manifest that lists them are done by the sync thread afterwards. These

@@ -230,7 +230,7 @@ pub(crate) struct LogState {
 }
 
 /// A rotation not yet made durable: the writers have moved on to `successor`, but the manifest
-/// on disk still names `sealed` as the active segment (DESIGN.md §8, "Rotation").
+/// on disk still names `sealed` as the active segment (DESIGN.md §5, "Rotation").
 #[derive(Debug)]
 pub(crate) struct PendingSeal {
     /// The segment sealed: fsynced before any manifest lists it sealed.

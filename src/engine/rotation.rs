@@ -1,5 +1,5 @@
 //! Rotation: sealing the active segment and moving the writers to the next one, with every
-//! fsync off the log mutex (DESIGN.md §8, "Rotation").
+//! fsync off the log mutex (DESIGN.md §5, "Rotation").
 //!
 //! A rotation happens in two parts:
 //! 1. Under the log mutex, [`Inner::rotate`] writes the old file's buffered tail, cuts its
@@ -141,8 +141,8 @@ impl Inner {
         self.rotations_stored(&pending)
     }
 
-    /// For a manifest replacement made under the log mutex (merge publish, catalogue change),
-    /// whose manifest is built from `log.manifest` and so lists every rotation so far: fsyncs
+    /// For a manifest replacement made under the log mutex (a catalogue change), whose
+    /// manifest is built from `log.manifest` and so lists every rotation so far: fsyncs
     /// the sealed files of rotations not yet stored, and returns them. The caller holds the
     /// manifest lock, and first ran [`Inner::commit_rotations`] without the log mutex, so this
     /// finds one only if a rotation came in between. After its manifest is stored the caller

@@ -52,7 +52,7 @@ pub struct ActiveFile {
     /// The file's final name (`NNNNNNNNNN.seg`).
     path: PathBuf,
     /// True while the file still has its staging name (`.seg.tmp`): a rotation's successor
-    /// keeps it until the manifest names the file (DESIGN.md §8, "Rotation").
+    /// keeps it until the manifest names the file (DESIGN.md §5, "Rotation").
     staged: AtomicBool,
 }
 

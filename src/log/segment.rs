@@ -41,7 +41,7 @@ impl Segment {
     }
 
     /// Maps segment `id` of `dir` from a file already open: a rotation seals the active file
-    /// this way, whatever name it has at that moment (DESIGN.md §8, "Rotation").
+    /// this way, whatever name it has at that moment (DESIGN.md §5, "Rotation").
     ///
     /// # Errors
     /// As [`Segment::open`].
