@@ -3,8 +3,9 @@
 //! Lock order, everywhere: `manifest_lock` → `log` → a keyspace's `state` → `segments`. The
 //! expiry timers, the sync state and the subscriber list are leaf locks, never held while
 //! taking another. Readers take only a keyspace's `state` (read) and `segments` (read), so they
-//! never wait for an fsync; writers never take `manifest_lock`, so a rotation never waits for
-//! one either (`rotation.rs`).
+//! never wait for an fsync; a rotation never does either (`rotation.rs`). A writer takes
+//! `manifest_lock` only after letting `log` go, to commit rotations (`sync_to`, or
+//! `commit_if_far_behind` on a disk far behind).
 
 mod clockfile;
 mod feed;
