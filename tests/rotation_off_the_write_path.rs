@@ -35,6 +35,38 @@ fn put_range(ks: &Keyspace, from: usize, to: usize) -> ebbdb::Result<()> {
     Ok(())
 }
 
+/// The store dies (`simulate_crash`) and the power goes with it: the directory is put back to
+/// what was durable, and reopened.
+fn crash_and_reopen(
+    store: Store,
+    ks: Keyspace,
+    dir: &Path,
+    sync: SyncPolicy,
+) -> ebbdb::Result<Keyspace> {
+    store.simulate_crash();
+    drop(ks);
+    drop(store);
+    faults::power_loss(dir)?;
+    Store::open_with(dir, opts(sync))?.keyspace("ks")
+}
+
+/// Every key in `keys` holds `VALUE`.
+fn assert_all_present(
+    ks: &Keyspace,
+    keys: std::ops::Range<usize>,
+    what: &str,
+) -> ebbdb::Result<()> {
+    for i in keys {
+        assert_eq!(
+            ks.get(key(i))?.as_deref(),
+            Some(&VALUE[..]),
+            "{what} {} lost",
+            key(i)
+        );
+    }
+    Ok(())
+}
+
 fn staged_files(dir: &Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |d| {
         d.flatten()
@@ -87,21 +119,8 @@ fn power_out_before_rotations_are_stored_keeps_a_prefix() -> Result<(), Box<dyn 
         // rotate many times and the sync thread goes on committing.
         faults::freeze_after(dir.path(), faults::syncs(dir.path()));
         put_range(&ks, 100, 600)?;
-        store.simulate_crash();
-        drop(ks);
-        drop(store);
-        faults::power_loss(dir.path())?;
-
-        let store = Store::open_with(dir.path(), opts(sync))?;
-        let ks = store.keyspace("ks")?;
-        for i in 0..100 {
-            assert_eq!(
-                ks.get(key(i))?.as_deref(),
-                Some(&VALUE[..]),
-                "{sync:?}: synced {} lost",
-                key(i)
-            );
-        }
+        let ks = crash_and_reopen(store, ks, dir.path(), sync)?;
+        assert_all_present(&ks, 0..100, &format!("{sync:?}: synced"))?;
         let kept = (100..600)
             .take_while(|&i| ks.get(key(i)).ok().flatten().is_some())
             .count();
@@ -138,21 +157,8 @@ fn durable_writes_store_the_rotations_before_them() -> Result<(), Box<dyn std::e
         }
         faults::stall_syncs(dir.path(), Duration::ZERO);
         faults::freeze_after(dir.path(), faults::syncs(dir.path()));
-        store.simulate_crash();
-        drop(ks);
-        drop(store);
-        faults::power_loss(dir.path())?;
-
-        let store = Store::open_with(dir.path(), opts(sync))?;
-        let ks = store.keyspace("ks")?;
-        for i in 0..300 {
-            assert_eq!(
-                ks.get(key(i))?.as_deref(),
-                Some(&VALUE[..]),
-                "{sync:?}: acknowledged durable {} lost",
-                key(i)
-            );
-        }
+        let ks = crash_and_reopen(store, ks, dir.path(), sync)?;
+        assert_all_present(&ks, 0..300, &format!("{sync:?}: acknowledged durable"))?;
     }
     Ok(())
 }
