@@ -14,6 +14,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ebbdb::faults::{FaultKind, FaultPlan};
 use ebbdb::{faults, DefaultTtl, Keyspace, Options, Store, SyncPolicy};
 
 const VALUE: [u8; 300] = [7u8; 300];
@@ -67,6 +68,15 @@ fn assert_all_present(
     Ok(())
 }
 
+/// A store in a fresh directory the power-loss model tracks, with keyspace "ks".
+fn tracked(sync: SyncPolicy) -> ebbdb::Result<(tempfile::TempDir, Store, Keyspace)> {
+    let dir = tempfile::tempdir()?;
+    faults::track(dir.path())?;
+    let store = Store::open_with(dir.path(), opts(sync))?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    Ok((dir, store, ks))
+}
+
 fn staged_files(dir: &Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |d| {
         d.flatten()
@@ -109,10 +119,7 @@ fn power_out_before_rotations_are_stored_keeps_a_prefix() -> Result<(), Box<dyn 
         SyncPolicy::Never,
         SyncPolicy::Periodic(Duration::from_secs(3600)),
     ] {
-        let dir = tempfile::tempdir()?;
-        faults::track(dir.path())?;
-        let store = Store::open_with(dir.path(), opts(sync))?;
-        let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+        let (dir, store, ks) = tracked(sync)?;
         put_range(&ks, 0, 100)?;
         store.sync()?;
         // The power goes out now: nothing fsynced from here on is durable, while the writers
@@ -144,10 +151,7 @@ fn durable_writes_store_the_rotations_before_them() -> Result<(), Box<dyn std::e
         SyncPolicy::Never,
         SyncPolicy::Periodic(Duration::from_secs(3600)),
     ] {
-        let dir = tempfile::tempdir()?;
-        faults::track(dir.path())?;
-        let store = Store::open_with(dir.path(), opts(sync))?;
-        let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+        let (dir, store, ks) = tracked(sync)?;
         // Slow fsyncs keep the sync thread behind the rotations, so the durable write below
         // finds some not stored yet.
         faults::stall_syncs(dir.path(), Duration::from_millis(5));
@@ -228,5 +232,75 @@ fn writers_wait_once_too_many_rotations_are_pending() -> ebbdb::Result<()> {
         most >= 2,
         "the sync thread kept up ({most}): the test proves nothing"
     );
+    Ok(())
+}
+
+/// A rotation commit fails (here the manifest's rename; ENOSPC on `MANIFEST.tmp` is the same)
+/// after it fsynced the new, still staged, active file. The store is poisoned and closed: the
+/// close used to record `CLOCK`'s durable point for that staged file, which no manifest
+/// lists. Once the staged file was gone its id was handed out again, and the next crash found
+/// a durable claim for the new file of that id that it could not meet: the store refused to
+/// open. (Found in review.)
+#[test]
+fn failed_rotation_commit_leaves_no_durable_claim_for_a_reused_id(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path();
+
+    // Session 1: the commit of the first rotation fails at the manifest rename.
+    {
+        let store = Store::open_with(path, opts(SyncPolicy::Never))?;
+        let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+        put_range(&ks, 0, 40)?;
+        store.sync()?;
+        // Slow fsyncs: the sync thread's commit fsyncs the new file after this thread
+        // flushed the records below into it.
+        faults::stall_syncs(path, Duration::from_millis(300));
+        faults::arm(FaultPlan {
+            dir: path.to_path_buf(),
+            kind: FaultKind::Rename,
+            nth: 1,
+            sticky: true,
+            partial: false,
+            no_space: false,
+        });
+        put_range(&ks, 40, 80)?;
+        assert!(store.sync().is_err(), "the commit should have failed");
+        faults::disarm(path);
+        faults::stall_syncs(path, Duration::ZERO);
+        drop(ks);
+        drop(store); // close: poisoned, records the durable point, fsyncs CLOCK
+    }
+
+    // Session 2: opening deletes the staged file (crash before any manifest is stored).
+    {
+        let store = Store::open_with(path, opts(SyncPolicy::Never))?;
+        store.simulate_crash();
+    }
+
+    // Session 3: the next rotation creates a file with the same id, commits it, and the
+    // process dies before anything rewrote CLOCK.
+    {
+        let store = Store::open_with(path, opts(SyncPolicy::Never))?;
+        let ks = store.keyspace("ks")?;
+        put_range(&ks, 1000, 1001)?;
+        let any_new = || {
+            std::fs::read_dir(path)
+                .map(|d| {
+                    d.flatten().any(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        n.ends_with(".seg") && n != "0000000001.seg"
+                    })
+                })
+                .unwrap_or(false)
+        };
+        common::wait_until("the rotation's commit", any_new);
+        store.simulate_crash();
+    }
+
+    // Session 4: must open, with every key synced in session 1.
+    let store = Store::open_with(path, opts(SyncPolicy::Never))?;
+    let ks = store.keyspace("ks")?;
+    assert_all_present(&ks, 0..40, "synced")?;
     Ok(())
 }

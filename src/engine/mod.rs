@@ -145,10 +145,11 @@ pub(crate) struct Inner {
     /// changes). Taken before `log`, and held across a manifest's fsyncs, which `log` is not
     /// when a rotation commits.
     pub(crate) manifest_lock: Mutex<()>,
-    /// Rotations (numbered as `LogState::rotations`) whose manifest is stored: every byte
+    /// Rotations (numbered as `rotations_started` counts them) whose manifest is stored: every byte
     /// appended before them is in a file the manifest on disk accounts for.
     pub(crate) rotations_durable: AtomicU64,
-    /// `LogState::rotations`, readable without the log mutex.
+    /// Rotations since open (changed under the log mutex); the last one's number is
+    /// `LogState::pending`'s last `number`.
     pub(crate) rotations_started: AtomicU64,
     /// Sealed segments whose hint was not written because they were about to die whole
     /// (`compaction::write_hint_for`); the worker writes it if one outlives that.
@@ -226,8 +227,6 @@ pub(crate) struct LogState {
     pub(crate) sync_behind_asked: u64,
     /// Rotations whose manifest is not stored yet, oldest first (`Inner::commit_rotations`).
     pub(crate) pending: Vec<PendingSeal>,
-    /// Rotations since open; the last one's number is `pending`'s last `number`.
-    pub(crate) rotations: u64,
 }
 
 /// A rotation not yet made durable: the writers have moved on to `successor`, but the manifest
@@ -240,7 +239,7 @@ pub(crate) struct PendingSeal {
     pub(crate) trimmed: bool,
     /// The file that became active: named `.seg` once a manifest lists it.
     pub(crate) successor: Arc<ActiveFile>,
-    /// `LogState::rotations` just after this one.
+    /// `Inner::rotations_started` just after this one.
     pub(crate) number: u64,
 }
 
@@ -734,7 +733,8 @@ impl Inner {
                 self.poison();
                 return Err(Error::io_at(log.active.shared.current_path(), e));
             }
-            (log.appended, Arc::clone(&log.active.shared), log.rotations)
+            let rotations = self.rotations_started.load(Ordering::Acquire);
+            (log.appended, Arc::clone(&log.active.shared), rotations)
         };
         // Bytes before a rotation lie in files only its manifest makes part of the store.
         if self.rotations_durable.load(Ordering::Acquire) < rotations {

@@ -413,7 +413,6 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             appended: 0,
             sync_behind_asked: 0,
             pending: Vec::new(),
-            rotations: 0,
         }),
         segments: RwLock::new(set),
         catalog: RwLock::new(catalog),

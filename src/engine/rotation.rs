@@ -74,14 +74,12 @@ impl Inner {
             len: segment.len(),
         });
         log.manifest.active = Some(fresh.id());
-        log.rotations += 1;
-        self.rotations_started
-            .store(log.rotations, Ordering::Release);
+        let number = self.rotations_started.fetch_add(1, Ordering::AcqRel) + 1;
         log.pending.push(PendingSeal {
             sealed: Arc::clone(&log.active.shared),
             trimmed,
             successor: Arc::clone(&fresh.shared),
-            number: log.rotations,
+            number,
         });
         log.segstats.entry(fresh.id()).or_default();
         {
@@ -142,56 +140,53 @@ impl Inner {
             manifest.next_seq = log.next_seq;
             (manifest, std::mem::take(&mut log.pending))
         };
-        sync_sealed(&pending).inspect_err(|_| self.poison())?;
-        self.store_manifest(&manifest)?;
-        self.rotations_stored(&pending)
+        self.store_listing(&manifest, &pending)
+            .inspect_err(|_| self.poison())
     }
 
-    /// For a manifest replacement made under the log mutex (a catalogue change), whose
-    /// manifest is built from `log.manifest` and so lists every rotation so far: fsyncs
-    /// the sealed files of rotations not yet stored, and returns them. The caller holds the
-    /// manifest lock, and first ran [`Inner::commit_rotations`] without the log mutex, so this
-    /// finds one only if a rotation came in between. After its manifest is stored the caller
-    /// passes them to [`Inner::rotations_stored`]; if the manifest was not stored, to
-    /// [`Inner::rotations_not_stored`].
-    pub(crate) fn take_rotations(&self, log: &mut LogState) -> Result<Vec<PendingSeal>> {
+    /// Stores `manifest`, built from `log.manifest` (so listing every rotation so far) while
+    /// `taken`, the rotations not stored yet, were taken from `log.pending`: refuses after a
+    /// poison, fsyncs their files (a failure poisons), stores the manifest, then names their
+    /// successors. Errors as [`Inner::store_manifest_unless_unchanged`]; the caller decides
+    /// what a failure means for `taken`.
+    fn store_listing(
+        &self,
+        manifest: &crate::log::manifest::Manifest,
+        taken: &[PendingSeal],
+    ) -> Result<()> {
         self.check_not_poisoned()?;
-        let pending = std::mem::take(&mut log.pending);
-        if let Err(e) = sync_sealed(&pending) {
-            self.poison();
-            log.pending = pending;
-            return Err(e);
-        }
-        Ok(pending)
+        sync_sealed(taken).inspect_err(|_| self.poison())?;
+        self.store_manifest_unless_unchanged(manifest)?;
+        self.rotations_stored(taken)
     }
 
-    /// Stores `manifest`, built from `log.manifest` under the log mutex together with taking
-    /// `taken` (the rotations it lists that were not stored yet), without the log mutex: the
-    /// caller holds only the manifest lock. fsyncs their files first (a failure poisons); if
-    /// the manifest is not stored, puts them back. Errors as
-    /// [`Inner::store_manifest_unless_unchanged`].
+    /// [`Inner::store_listing`] for a merge publish, which holds the manifest lock but not
+    /// the log mutex: if the manifest is not stored, `taken` goes back to `log.pending`.
     pub(crate) fn store_manifest_with(
         &self,
         manifest: &crate::log::manifest::Manifest,
         taken: Vec<PendingSeal>,
     ) -> Result<()> {
-        let stored = self
-            .check_not_poisoned()
-            .and_then(|()| sync_sealed(&taken))
-            .inspect_err(|_| self.poison())
-            .and_then(|()| self.store_manifest_unless_unchanged(manifest));
-        match stored {
-            Ok(()) => self.rotations_stored(&taken),
-            Err(e) => {
-                self.rotations_not_stored(&mut self.log.lock(), taken);
-                Err(e)
-            }
-        }
+        self.store_listing(manifest, &taken)
+            .inspect_err(|_| self.rotations_not_stored(&mut self.log.lock(), taken))
     }
 
-    /// Puts back rotations whose manifest failed to be stored (the store stays writable: the
-    /// manifest on disk is the old one).
-    pub(crate) fn rotations_not_stored(&self, log: &mut LogState, mut taken: Vec<PendingSeal>) {
+    /// [`Inner::store_listing`] for a catalogue change, which holds the manifest lock and the
+    /// log mutex (see [`Inner::lock_for_manifest`]): the rotations not stored yet are fsynced
+    /// under the log mutex, which is rare (`lock_for_manifest` committed them just before).
+    pub(crate) fn replace_manifest(
+        &self,
+        log: &mut LogState,
+        manifest: &crate::log::manifest::Manifest,
+    ) -> Result<()> {
+        let taken = std::mem::take(&mut log.pending);
+        self.store_listing(manifest, &taken)
+            .inspect_err(|_| self.rotations_not_stored(log, taken))
+    }
+
+    /// Puts back rotations whose manifest failed to be stored (the store stays writable
+    /// unless the failure poisoned it: the manifest on disk is the old one).
+    fn rotations_not_stored(&self, log: &mut LogState, mut taken: Vec<PendingSeal>) {
         taken.append(&mut log.pending);
         log.pending = taken;
     }
@@ -199,7 +194,7 @@ impl Inner {
     /// Once a manifest listing `stored` is durable: names their successors `.seg` and asks
     /// for the sealed files' hints. A failed rename poisons (the store goes on under names
     /// opening would fix, so it stops instead).
-    pub(crate) fn rotations_stored(&self, stored: &[PendingSeal]) -> Result<()> {
+    fn rotations_stored(&self, stored: &[PendingSeal]) -> Result<()> {
         for p in stored {
             let from = p.successor.current_path();
             p.successor

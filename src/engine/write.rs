@@ -552,15 +552,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Replaces the manifest for a rotation commit, which changed files before it (sealed files
-    /// trimmed, successors created): any failure poisons the store (every later write fails),
-    /// and reopening reads whichever manifest is on disk, both of which are consistent with the
-    /// files.
-    pub(crate) fn store_manifest(&self, manifest: &crate::log::manifest::Manifest) -> Result<()> {
-        self.store_manifest_unless_unchanged(manifest)
-            .inspect_err(|_| self.poison())
-    }
-
     /// Replaces the manifest for a catalogue change (create or delete a keyspace, change a
     /// default TTL) or a merge's publish, whose in-memory state is applied only after this
     /// returns `Ok`. A failure before the rename changed nothing, on disk or in memory (a
@@ -595,25 +586,6 @@ impl Inner {
     pub(crate) fn lock_manifest(&self) -> Result<MutexGuard<'_, ()>> {
         self.commit_rotations()?;
         Ok(self.manifest_lock.lock())
-    }
-
-    /// Stores `manifest`, built from `log.manifest` under the log mutex and the manifest lock
-    /// (see [`Inner::lock_for_manifest`]). It lists every rotation so far, so the sealed files
-    /// of those not stored yet are fsynced first. Errors as
-    /// [`Inner::store_manifest_unless_unchanged`].
-    pub(crate) fn replace_manifest(
-        &self,
-        log: &mut LogState,
-        manifest: &crate::log::manifest::Manifest,
-    ) -> Result<()> {
-        let taken = self.take_rotations(log)?;
-        match self.store_manifest_unless_unchanged(manifest) {
-            Ok(()) => self.rotations_stored(&taken),
-            Err(e) => {
-                self.rotations_not_stored(log, taken);
-                Err(e)
-            }
-        }
     }
 
     pub(crate) fn rotate_if_nonempty(&self) -> Result<()> {
