@@ -245,7 +245,11 @@ impl Copying<'_, '_> {
             let Some((core, decision, deadline)) = d else {
                 continue;
             };
-            let raw = seg.read(off, len).unwrap_or_default();
+            // The scan found the record in this mapping, so it is there; never copy an empty
+            // stand-in if that ever failed.
+            let raw = seg.read(off, len).ok_or_else(|| {
+                Error::corruption(seg.path(), u64::from(off), "record past the segment's end")
+            })?;
             match decision {
                 Decision::Drop => {}
                 Decision::Copy => {

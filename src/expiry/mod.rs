@@ -396,7 +396,7 @@ impl Inner {
             return;
         }
         // Sent outside the subscriber list's lock: a slice's events take milliseconds to send,
-        // and a write that reports an expired version publishes under the log mutex.
+        // and writes that report expired versions they replaced publish too.
         let subs = self.subscribers.lock().clone();
         let gone: Vec<_> = subs
             .into_iter()
