@@ -26,7 +26,7 @@ fn flipped_byte_in_sealed_segment_is_reported_with_file_and_offset() -> ebbdb::R
     assert!(segs.len() >= 3);
     let victim = &segs[0];
     let mut bytes = std::fs::read(victim)?;
-    bytes[32 + 40 + 3] ^= 0x10; // inside the first record's key
+    bytes[32 + 60] ^= 0x10; // inside the first record's value (header, 4-byte key, 100-byte value)
     std::fs::write(victim, &bytes)?;
     // Hints would let open skip reading the values: disable them to force the scan.
     let c = clock();

@@ -58,7 +58,7 @@ fn zeroed_record_header_in_a_sealed_segment_is_corruption() -> ebbdb::Result<()>
     let (seg, offsets) = first_sealed(dir.path())?;
     let at = offsets[2];
     let mut b = std::fs::read(&seg)?;
-    b[at..at + 40].fill(0);
+    b[at..at + ebbdb::format::record::MIN_RECORD_LEN].fill(0);
     std::fs::write(&seg, &b)?;
     let r = Store::open_with(dir.path(), opts(&c).use_hints(false));
     match r {

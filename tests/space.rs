@@ -27,7 +27,18 @@ fn disk_bytes_drop_to_about_the_live_data() -> ebbdb::Result<()> {
     assert_eq!(s.expired_items, 5_000, "expired but not yet purged");
     store.compact()?;
     let after = store.stats();
-    assert_eq!(after.expired_items, 0);
+    // What may stay is a tail of expired records in the active segment, when that is under
+    // the 1/16 of a segment below which `compact` does not seal it.
+    assert!(
+        after.expired_bytes < 64 * 1024 / 16,
+        "expired bytes left: {after:?}"
+    );
+    let active = after.per_segment.iter().find(|s| s.active);
+    assert_eq!(
+        after.expired_bytes,
+        active.map_or(0, |s| s.bytes) * u64::from(after.expired_items > 0),
+        "only the active segment holds expired records: {after:?}"
+    );
     assert_eq!(ks.len()?, 200);
     // Live record bytes vs segment bytes (headers and the system overhead aside).
     let ratio = after.segment_bytes as f64 / after.live_bytes as f64;

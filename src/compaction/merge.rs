@@ -273,7 +273,7 @@ impl Copying<'_, '_> {
                         seq: rec.meta.seq,
                         write_ms: rec.meta.write_ms,
                     };
-                    let mut buf = Vec::with_capacity(record::encoded_len(rec.key.len(), 0));
+                    let mut buf = Vec::with_capacity(record::encoded_len(&meta, rec.key.len(), 0));
                     record::encode(&mut buf, &meta, rec.key, &[]);
                     self.report.markers_written += 1;
                     self.outputs.place(&meta, rec.key, &buf, 0)?;

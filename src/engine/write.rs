@@ -285,20 +285,42 @@ impl Inner {
             if log.next_seq.saturating_add(ops.len() as u64 + 1) > super::recovery::MAX_SEQ {
                 return Err(Error::TooLarge("sequence numbers exhausted".into()));
             }
-            let header_len = record::encoded_len(0, 4);
+            // Record lengths depend on the header fields (varints), all known here but the
+            // SHADOWS flag, which lives in the tag byte and changes no length.
+            let header_meta = Meta {
+                kind: Kind::BatchHeader,
+                flags: 0,
+                keyspace: 0,
+                ttl: ItemTtl::Inherit,
+                seq: log.next_seq,
+                write_ms: now_ms,
+            };
+            let header_len = record::encoded_len(&header_meta, 0, 4);
+            let first = log.next_seq + u64::from(batch);
             let total = usize::from(batch) * header_len
                 + ops
                     .iter()
-                    .map(|op| {
-                        record::encoded_len(
-                            op.key.len(),
-                            op.put.as_ref().map_or(0, |(v, _)| v.len()),
-                        )
+                    .zip(first..)
+                    .map(|(op, seq)| {
+                        let (kind, value_len, ttl) = match &op.put {
+                            Some((v, t)) => (Kind::Put, v.len(), *t),
+                            None => (Kind::Tombstone, 0, ItemTtl::Inherit),
+                        };
+                        let meta = Meta {
+                            kind,
+                            flags: 0,
+                            keyspace: op.ks.id,
+                            ttl,
+                            seq,
+                            write_ms: now_ms,
+                        };
+                        record::encoded_len(&meta, op.key.len(), value_len)
                     })
                     .sum::<usize>();
             self.make_room(&mut log, total as u64)?;
             let log = &mut *log;
             let file = log.active.id();
+            let start_len = log.active.len();
             let mut seq = log.next_seq;
             let mut added = SegStats {
                 total: total as u64,
@@ -319,14 +341,7 @@ impl Inner {
                 self.record_before_images(ops, &guards, seq, now)?;
             }
             if batch {
-                let header = Meta {
-                    kind: Kind::BatchHeader,
-                    flags: 0,
-                    keyspace: 0,
-                    ttl: ItemTtl::Inherit,
-                    seq,
-                    write_ms: now_ms,
-                };
+                let header = header_meta;
                 let n = u32::try_from(ops.len()).unwrap_or(u32::MAX);
                 log.active
                     .append_with(|buf| record::encode(buf, &header, &[], &n.to_le_bytes()));
@@ -386,7 +401,7 @@ impl Inner {
                     seq,
                     write_ms: now_ms,
                 };
-                let len = record::encoded_len(op.key.len(), value.len());
+                let len = record::encoded_len(&meta, op.key.len(), value.len());
                 let at = log
                     .active
                     .append_with(|buf| record::encode(buf, &meta, &op.key, value));
@@ -481,6 +496,11 @@ impl Inner {
                 seq += 1;
             }
             drop(expiry);
+            debug_assert_eq!(
+                log.active.len() - start_len,
+                total as u64,
+                "room made for the records appended"
+            );
             log.next_seq = seq;
             for (_, st) in &mut guards {
                 st.applied_seq = seq;

@@ -3,7 +3,7 @@
 //! ```text
 //! header (16 bytes)
 //!  0  8  magic "EBBDBHNT"
-//!  8  4  hint version: 3 (compact, written), or 2 (fixed entries, still read)
+//!  8  4  hint version: 3
 //! 12  4  segment id this hint describes
 //! version 3 body
 //!  0  8  base_ms         the smallest write_ms of the entries (0 if none)
@@ -19,35 +19,33 @@
 //!        offset          varint, of the record in the segment
 //!        len             varint, of the whole record
 //!        key             key_len bytes
-//! version 2 body: entries of 40 bytes + key (kind u8, flags u8, 2 reserved, keyspace u32,
-//!     ttl i32, key_len u32, seq u64, write_ms u64, offset u32, len u32, key), same order
 //! footer (16 bytes)
 //!  0  8  entry count
 //!  8  4  crc32 of every byte before the footer's crc (header, body, count)
 //! 12  4  reserved        zero
 //! ```
-//! A version-3 entry for a 16-byte key takes about 33 bytes where version 2 took 56 (for
-//! 100-byte values a hint was 36 % of its segment; now about 21 %). A hint is written complete
+//! A version-3 entry for a 16-byte key takes about 33 bytes where version 2 took 56. Version-2
+//! hints (fixed 40-byte entries) belonged to format-2 directories, which this build does not
+//! open; one found anyway fails the version check and its segment is scanned. A hint is written complete
 //! and fsynced before the segment is published; a hint that fails any check is ignored and its
 //! segment scanned instead.
 
 use byteorder::{ByteOrder, LittleEndian as LE};
 
 use super::record::{Kind, Meta};
-use super::{DecodeError, FORMAT_VERSION, HINT_MAGIC};
+use super::varint::{self, unzigzag, zigzag};
+use super::{DecodeError, HINT_MAGIC};
 use crate::options::MAX_KEY_SIZE;
 use crate::ttl::ItemTtl;
 
 /// Length of the hint header.
 pub const HINT_HEADER_LEN: usize = 16;
-/// Length of a version-2 entry without its key (also the in-memory layout `HintWriter` sorts).
+/// Length of an entry without its key in the in-memory layout `HintWriter` sorts.
 pub const HINT_ENTRY_LEN: usize = 40;
 /// The fewest bytes a version-3 entry takes (kind, flags, seven one-byte varints, empty key).
 pub const MIN_ENTRY_LEN: usize = 9;
 /// The hint version this build writes.
 pub const HINT_VERSION: u32 = 3;
-/// The older hint version this build still reads.
-const HINT_VERSION_FIXED: u32 = FORMAT_VERSION;
 /// Length of the footer.
 pub const HINT_FOOTER_LEN: usize = 16;
 
@@ -148,13 +146,13 @@ impl HintWriter {
             };
             out.push(e[0]);
             out.push(e[1]);
-            put_varint(&mut out, u64::from(LE::read_u32(&e[4..8])));
-            put_varint(&mut out, zigzag(LE::read_i32(&e[8..12])));
-            put_varint(&mut out, key.len() as u64);
-            put_varint(&mut out, LE::read_u64(&e[16..24]));
-            put_varint(&mut out, LE::read_u64(&e[24..32]).saturating_sub(base_ms));
-            put_varint(&mut out, u64::from(LE::read_u32(&e[32..36])));
-            put_varint(&mut out, u64::from(LE::read_u32(&e[36..40])));
+            varint::put(&mut out, u64::from(LE::read_u32(&e[4..8])));
+            varint::put(&mut out, zigzag(LE::read_i32(&e[8..12])));
+            varint::put(&mut out, key.len() as u64);
+            varint::put(&mut out, LE::read_u64(&e[16..24]));
+            varint::put(&mut out, LE::read_u64(&e[24..32]).saturating_sub(base_ms));
+            varint::put(&mut out, u64::from(LE::read_u32(&e[32..36])));
+            varint::put(&mut out, u64::from(LE::read_u32(&e[36..40])));
             out.extend_from_slice(key);
         }
         drop(order);
@@ -214,15 +212,10 @@ pub fn visit_once(
     count: impl FnOnce(u64),
     mut f: impl FnMut(&Meta, &[u8], u32, u32),
 ) -> Result<u64, DecodeError> {
-    let (body_end, expected, version) = check(b, segment_id)?;
+    let (body_end, expected) = check(b, segment_id)?;
     count(expected);
-    let walk = if version == HINT_VERSION {
-        walk_compact
-    } else {
-        walk_fixed
-    };
     let mut seen = 0u64;
-    walk(b, body_end, &mut |meta, key, offset, len| {
+    walk_compact(b, body_end, &mut |meta, key, offset, len| {
         seen += 1;
         f(meta, key, offset, len);
     })?;
@@ -232,9 +225,8 @@ pub fn visit_once(
     Ok(expected)
 }
 
-/// Checks header, footer and CRC; returns where the entries end, the entry count and the hint
-/// version.
-fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64, u32), DecodeError> {
+/// Checks header, footer and CRC; returns where the entries end and the entry count.
+fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64), DecodeError> {
     if b.len() < HINT_HEADER_LEN + HINT_FOOTER_LEN {
         return Err(DecodeError::Truncated);
     }
@@ -249,25 +241,21 @@ fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64, u32), DecodeError> {
     }
     let version = LE::read_u32(&b[8..12]);
     if b[0..8] != HINT_MAGIC
-        || (version != HINT_VERSION && version != HINT_VERSION_FIXED)
+        || version != HINT_VERSION
         || LE::read_u32(&b[12..16]) != segment_id
     {
         return Err(DecodeError::BadField);
     }
     let count = LE::read_u64(&footer[0..8]);
-    let (entries_start, min_entry) = if version == HINT_VERSION {
-        (HINT_HEADER_LEN + 8, MIN_ENTRY_LEN)
-    } else {
-        (HINT_HEADER_LEN, HINT_ENTRY_LEN)
-    };
+    let entries_start = HINT_HEADER_LEN + 8;
     if body_end < entries_start {
         return Err(DecodeError::Truncated);
     }
-    let max_entries = (body_end - entries_start) / min_entry;
+    let max_entries = (body_end - entries_start) / MIN_ENTRY_LEN;
     if count > max_entries as u64 {
         return Err(DecodeError::BadLength);
     }
-    Ok((body_end, count, version))
+    Ok((body_end, count))
 }
 
 /// A visitor of hint entries: `(meta, key, offset, len)`.
@@ -296,19 +284,19 @@ fn walk_compact(b: &[u8], body_end: usize, f: Visit<'_>) -> Result<(), DecodeErr
         };
         pos += 2;
         let kind = kind_of(kind)?;
-        let keyspace = u32::try_from(get_varint(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
-        let ttl_wire = unzigzag(get_varint(body, &mut pos)?)?;
+        let keyspace = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let ttl_wire = unzigzag(varint::get(body, &mut pos)?)?;
         let ttl = ItemTtl::from_wire(ttl_wire).ok_or(DecodeError::BadField)?;
-        let key_len = usize::try_from(get_varint(body, &mut pos)?).map_err(|_| DecodeError::BadLength)?;
+        let key_len = usize::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadLength)?;
         if key_len > MAX_KEY_SIZE {
             return Err(DecodeError::BadLength);
         }
-        let seq = get_varint(body, &mut pos)?;
+        let seq = varint::get(body, &mut pos)?;
         let write_ms = base_ms
-            .checked_add(get_varint(body, &mut pos)?)
+            .checked_add(varint::get(body, &mut pos)?)
             .ok_or(DecodeError::BadField)?;
-        let offset = u32::try_from(get_varint(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
-        let len = u32::try_from(get_varint(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let offset = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let len = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
         let key = body
             .get(pos..pos.checked_add(key_len).ok_or(DecodeError::BadLength)?)
             .ok_or(DecodeError::Truncated)?;
@@ -322,90 +310,6 @@ fn walk_compact(b: &[u8], body_end: usize, f: Visit<'_>) -> Result<(), DecodeErr
             write_ms,
         };
         f(&meta, key, offset, len);
-    }
-    Ok(())
-}
-
-/// Appends `v` as a LEB128 varint.
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Reads a LEB128 varint at `*pos`, advancing it. At most 10 bytes; the tenth may only carry
-/// the top bit of a `u64`; a trailing zero byte (an overlong form) is refused, so every value
-/// has one encoding.
-fn get_varint(b: &[u8], pos: &mut usize) -> Result<u64, DecodeError> {
-    let mut v = 0u64;
-    for i in 0..10u32 {
-        let byte = *b.get(*pos).ok_or(DecodeError::Truncated)?;
-        *pos += 1;
-        let bits = u64::from(byte & 0x7f);
-        if i == 9 && byte > 1 {
-            return Err(DecodeError::BadField);
-        }
-        v |= bits << (7 * i);
-        if byte & 0x80 == 0 {
-            if i > 0 && byte == 0 {
-                return Err(DecodeError::BadField);
-            }
-            return Ok(v);
-        }
-    }
-    Err(DecodeError::BadField)
-}
-
-fn zigzag(v: i32) -> u64 {
-    u64::from(((v << 1) ^ (v >> 31)) as u32)
-}
-
-fn unzigzag(v: u64) -> Result<i32, DecodeError> {
-    let v = u32::try_from(v).map_err(|_| DecodeError::BadField)?;
-    Ok(((v >> 1) as i32) ^ -((v & 1) as i32))
-}
-
-/// Version-2 entries (fixed 40-byte layout).
-fn walk_fixed(b: &[u8], body_end: usize, f: Visit<'_>) -> Result<(), DecodeError> {
-    let mut pos = HINT_HEADER_LEN;
-    while pos < body_end {
-        let e = b
-            .get(pos..pos + HINT_ENTRY_LEN)
-            .ok_or(DecodeError::Truncated)?;
-        let key_len = LE::read_u32(&e[12..16]) as usize;
-        if key_len > MAX_KEY_SIZE {
-            return Err(DecodeError::BadLength);
-        }
-        let key_end = pos + HINT_ENTRY_LEN + key_len;
-        if key_end > body_end {
-            return Err(DecodeError::Truncated);
-        }
-        let key = b
-            .get(pos + HINT_ENTRY_LEN..key_end)
-            .ok_or(DecodeError::Truncated)?;
-        let kind = match e[0] {
-            1 => Kind::Put,
-            2 => Kind::Tombstone,
-            _ => return Err(DecodeError::BadField),
-        };
-        let ttl = ItemTtl::from_wire(LE::read_i32(&e[8..12])).ok_or(DecodeError::BadField)?;
-        let meta = Meta {
-            kind,
-            flags: e[1],
-            keyspace: LE::read_u32(&e[4..8]),
-            ttl,
-            seq: LE::read_u64(&e[16..24]),
-            write_ms: LE::read_u64(&e[24..32]),
-        };
-        f(
-            &meta,
-            key,
-            LE::read_u32(&e[32..36]),
-            LE::read_u32(&e[36..40]),
-        );
-        pos = key_end;
     }
     Ok(())
 }
@@ -495,11 +399,10 @@ mod tests {
     }
 
     #[test]
-    fn version_2_hints_are_still_read() {
+    fn version_2_hints_are_refused_not_misread() {
         let entries = vec![entry(4, b"a"), entry(1, b"a"), entry(2, b"bcd")];
         let b = build_fixed(9, &entries);
-        assert_eq!(decode(&b, 9), Ok(entries));
-        assert!(decode(&b, 8).is_err());
+        assert_eq!(decode(&b, 9), Err(DecodeError::BadField));
     }
 
     #[test]
@@ -535,24 +438,6 @@ mod tests {
         }
         let per_entry = (w.finish().len() - HINT_HEADER_LEN - 8 - HINT_FOOTER_LEN) / 1000;
         assert!(per_entry <= 33, "{per_entry} bytes per entry");
-    }
-
-    #[test]
-    fn varints_round_trip_and_refuse_overlong_forms() {
-        for v in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX - 1, u64::MAX] {
-            let mut b = Vec::new();
-            put_varint(&mut b, v);
-            let mut pos = 0;
-            assert_eq!(get_varint(&b, &mut pos), Ok(v));
-            assert_eq!(pos, b.len());
-        }
-        for bad in [&[0x80, 0x00][..], &[0xff; 11][..], &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..]] {
-            assert_eq!(get_varint(bad, &mut 0), Err(DecodeError::BadField), "{bad:?}");
-        }
-        assert_eq!(get_varint(&[0x80], &mut 0), Err(DecodeError::Truncated));
-        for v in [0, 1, -1, i32::MIN, i32::MAX] {
-            assert_eq!(unzigzag(zigzag(v)), Ok(v));
-        }
     }
 
     #[test]

@@ -9,9 +9,7 @@
 //! known length to its end, treats zeros as damage and resynchronises after each damaged range
 //! ([`resync`]), so recovery can tell "damage followed by good records" from a torn tail.
 
-use crate::format::record::{
-    self, offsets, Kind, Record, FLAG_IN_BATCH, KNOWN_FLAGS, RECORD_HEADER_LEN,
-};
+use crate::format::record::{self, Kind, Record, FLAG_IN_BATCH, MIN_RECORD_LEN};
 use crate::format::{DecodeError, SEGMENT_HEADER_LEN};
 
 /// How a scan ended.
@@ -135,7 +133,7 @@ pub fn scan_all<'a>(
 pub fn resync(bytes: &[u8], from: usize) -> usize {
     let mut members = Vec::new();
     let mut pos = from;
-    while pos + RECORD_HEADER_LEN <= bytes.len() {
+    while pos + MIN_RECORD_LEN <= bytes.len() {
         if plausible(bytes, pos) && unit(bytes, pos, &mut members).is_ok() {
             return pos;
         }
@@ -144,17 +142,12 @@ pub fn resync(bytes: &[u8], from: usize) -> usize {
     bytes.len()
 }
 
-/// Header fields a record written by this engine always has (known kind and flags, zero
-/// reserved bytes), and not a batch member.
+/// A header that passes its own checks ([`record::plausible`]) and is not a batch member.
 fn plausible(bytes: &[u8], pos: usize) -> bool {
-    let Some(h) = bytes.get(pos..pos + RECORD_HEADER_LEN) else {
-        return false;
-    };
-    matches!(h[offsets::KIND], 1..=3)
-        && h[offsets::FLAGS] & !KNOWN_FLAGS == 0
-        && h[offsets::FLAGS] & FLAG_IN_BATCH == 0
-        && h[offsets::FLAGS + 1] == 0
-        && h[offsets::FLAGS + 2] == 0
+    bytes
+        .get(pos..)
+        .and_then(record::plausible)
+        .is_some_and(|m| m.flags & FLAG_IN_BATCH == 0)
 }
 
 /// Decodes the unit at `pos`: one put or tombstone, or a batch header and all its members.
