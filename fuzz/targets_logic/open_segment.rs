@@ -5,7 +5,7 @@
 //! template into a fresh directory and replaces one of its files with bytes from the input;
 //! the first input byte picks which file (`data[0] / 10` picks the sealed segment: the
 //! rotation-sealed one or the merge output) and whether the bytes are wrapped so that the outer
-//! checks pass (valid header, record CRCs recomputed, manifest length and CRC, hint footer),
+//! checks pass (valid header, record check bytes and CRCs recomputed, manifest length and CRC, hint footer),
 //! which lets the fuzzer reach the code behind the checksums:
 //!
 //! | `data[0] % 10` | file replaced by `data[1..]`                                     |
@@ -166,23 +166,38 @@ fn crc(b: &[u8]) -> u32 {
     crc32fast::hash(b)
 }
 
-/// Recomputes the CRC of every whole record in `body` (all-zero headers are left alone: they
-/// mark the end of the data).
+/// Recomputes the header check byte and the CRC of every whole record in `body` (twelve zero
+/// bytes are left alone: they mark the end of the data).
 fn fix_record_crcs(body: &mut [u8]) {
+    use ebbdb::format::record::MIN_RECORD_LEN;
+    use ebbdb::format::varint;
     let mut pos = 0;
-    while pos + 40 <= body.len() {
-        if body[pos + 4..pos + 40].iter().all(|&b| b == 0) {
+    while pos + MIN_RECORD_LEN <= body.len() {
+        if body[pos..pos + MIN_RECORD_LEN].iter().all(|&b| b == 0) {
             return;
         }
-        let rd = |o: usize| u32::from_le_bytes([body[o], body[o + 1], body[o + 2], body[o + 3]]);
-        let total = 40u64 + u64::from(rd(pos + 32)) + u64::from(rd(pos + 36));
-        if total > (body.len() - pos) as u64 {
-            return;
+        // CRC, tag, then six varints; the last two are the key and value lengths.
+        let mut at = pos + 5;
+        let mut fields = [0u64; 6];
+        for f in &mut fields {
+            match varint::get(body, &mut at) {
+                Ok(v) => *f = v,
+                Err(_) => return,
+            }
         }
-        let end = pos + total as usize;
-        let c = crc(&body[pos + 4..end]);
-        body[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
-        pos = end;
+        let total = fields[4]
+            .checked_add(fields[5])
+            .and_then(|n| n.checked_add((at + 1 - pos) as u64));
+        match total {
+            Some(t) if t <= (body.len() - pos) as u64 => {
+                body[at] = crc(&body[pos + 4..at]) as u8;
+                let end = pos + t as usize;
+                let c = crc(&body[pos + 4..end]);
+                body[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
+                pos = end;
+            }
+            _ => return,
+        }
     }
 }
 
