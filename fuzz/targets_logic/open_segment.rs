@@ -212,29 +212,36 @@ fn wrap_segment(id: u32, original: &[u8], body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A hint file for `id`: header, `body` as entries, a footer with the count of whole entries
-/// and a valid CRC.
+/// A hint file for `id`: header, `body` as the version-3 body (8-byte base time, then compact
+/// entries), a footer with the count of whole entries and a valid CRC.
 fn wrap_hint(id: u32, body: &[u8]) -> Vec<u8> {
+    use ebbdb::format::hint::HINT_VERSION;
+    use ebbdb::format::varint;
     let mut out = Vec::with_capacity(32 + body.len());
     out.extend_from_slice(b"EBBDBHNT");
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&HINT_VERSION.to_le_bytes());
     out.extend_from_slice(&id.to_le_bytes());
     out.extend_from_slice(body);
+    // Entries: kind, flags, then keyspace, ttl, key_len, seq, write_ms, offset, len as varints,
+    // then the key.
     let mut count = 0u64;
-    let mut pos = 0usize;
-    while pos + 40 <= body.len() {
-        let kl = u32::from_le_bytes([
-            body[pos + 12],
-            body[pos + 13],
-            body[pos + 14],
-            body[pos + 15],
-        ]);
-        let next = pos as u64 + 40 + u64::from(kl);
-        if next > body.len() as u64 {
-            break;
+    let mut pos = 8usize;
+    'entries: while pos + 2 <= body.len() {
+        let mut at = pos + 2;
+        let mut fields = [0u64; 7];
+        for f in &mut fields {
+            match varint::get(body, &mut at) {
+                Ok(v) => *f = v,
+                Err(_) => break 'entries,
+            }
         }
-        count += 1;
-        pos = next as usize;
+        match (at as u64).checked_add(fields[2]) {
+            Some(next) if next <= body.len() as u64 => {
+                count += 1;
+                pos = next as usize;
+            }
+            _ => break,
+        }
     }
     out.extend_from_slice(&count.to_le_bytes());
     let c = crc(&out);
@@ -431,7 +438,11 @@ pub fn seeds() -> Vec<Vec<u8>> {
         out.push(with(base + 3, &seg[SEGMENT_HEADER_LEN.min(seg.len())..]));
         out.push(with(base + 4, &hint));
         if hint.len() >= 32 {
-            out.push(with(base + 5, &hint[16..hint.len() - 16]));
+            let body = &hint[16..hint.len() - 16];
+            // The wrapper must rebuild a real hint from its body, or selector 5 would only
+            // ever reach the rejection path.
+            assert_eq!(wrap_hint(*id, body), hint, "wrap_hint rebuilds the hint");
+            out.push(with(base + 5, body));
         }
     }
     let manifest = file("MANIFEST");

@@ -173,8 +173,8 @@ struct Header {
 }
 
 /// Reads and checks the header at the start of `b`: tag, varints (shortest forms, values in
-/// range), lengths within the engine limits and the bytes left, and the check byte. Cheap
-/// enough to try at every offset of a damaged range ([`plausible`]).
+/// range), lengths within the engine limits, and the check byte. Tried at every offset of a
+/// damaged range ([`plausible`]), so nothing here depends on the length of the body.
 fn header(b: &[u8]) -> Result<Header, DecodeError> {
     let h = b.get(..MIN_RECORD_LEN).ok_or(DecodeError::Truncated)?;
     if h.iter().all(|&x| x == 0) {
