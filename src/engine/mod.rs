@@ -140,6 +140,10 @@ pub(crate) struct Inner {
     /// Stale timers dropped by sweeps since open.
     pub(crate) timers_swept: AtomicU64,
     pub(crate) merges: AtomicU64,
+    /// Default-TTL changes since open (bumped under the log mutex after the new history is in
+    /// place): a segment's `dies_by` is exact only if computed in the current epoch (see
+    /// `policy::dead_whole`).
+    pub(crate) ttl_epoch: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
     /// Serialises every manifest replacement (rotation commits, merge publishes, catalogue
     /// changes). Taken before `log`, and held across a manifest's fsyncs, which `log` is not
@@ -530,6 +534,14 @@ impl Store {
     #[doc(hidden)]
     pub fn queue_due_expirations(&self) -> Result<()> {
         self.inner.reap_upto(0, 0).map(|_| ())
+    }
+
+    /// Test hook: runs the compaction policy once (drops and a bounded merge) without the
+    /// expiry pass that [`Store::compact`] runs first, as the background worker may when the
+    /// reaper is behind.
+    #[doc(hidden)]
+    pub fn run_compaction_policy(&self) -> Result<crate::stats::CompactionReport> {
+        crate::compaction::run(&self.inner, false)
     }
 
     /// Test hook: checks every keyspace's census (the counts behind `len()` and `stats()`)

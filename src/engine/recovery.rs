@@ -439,6 +439,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         expirations: AtomicU64::new(0),
         timers_swept: AtomicU64::new(0),
         merges: AtomicU64::new(0),
+        ttl_epoch: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
         manifest_lock: Mutex::new(()),
         rotations_durable: AtomicU64::new(0),
