@@ -26,8 +26,9 @@ pub struct SegStats {
     /// it is not known). A hint for the policy: a segment about to die whole is not merged.
     pub dies_by: u64,
     /// The oldest default-TTL epoch (`Inner::ttl_epoch`) under which a deadline folded into
-    /// `dies_by` was computed (`u64::MAX` if none was): `dies_by` is exact only if no default
-    /// changed since, which is what dropping a segment before its keys are reaped relies on.
+    /// `dies_by` was computed (`u64::MAX` if none was; open sets 0 for what it counted):
+    /// `dies_by` is exact only if no default changed since, which is what dropping a segment
+    /// before its keys are reaped relies on.
     pub ttl_epoch: u64,
 }
 

@@ -135,3 +135,79 @@ fn an_expiry_subscriber_keeps_segments_until_the_reaper_reported_their_keys() ->
     assert_eq!(events.try_iter().count(), KEYS as usize);
     Ok(())
 }
+
+/// Segments counted at open carry the epoch of the open: a default-TTL change after the open
+/// makes their deadlines stale too (a review found them treated as exact, and 288 of 300 live
+/// keys dropped).
+#[test]
+fn a_default_ttl_change_after_a_reopen_keeps_the_segments_counted_at_open() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let c = clock();
+    let (store, ks) = filled(dir.path(), &c)?;
+    drop((ks, store));
+    let store = Store::open_with(dir.path(), opts(&c))?;
+    let ks = store.keyspace("sessions")?;
+    let sealed_at_open = sealed_segments(&store);
+    c.advance(Duration::from_secs(5));
+    ks.set_default_ttl(DefaultTtl::Seconds(1000))?;
+    // Writes after the change seal the segment that was active at open.
+    let other = store.create_keyspace("other", DefaultTtl::Seconds(1))?;
+    for i in 0..40 {
+        other.put(key(i), value(i))?;
+    }
+    assert!(sealed_segments(&store) > sealed_at_open);
+    c.advance(Duration::from_secs(6));
+    store.run_compaction_policy()?;
+    for i in 0..KEYS {
+        assert_eq!(ks.get(key(i))?, Some(value(i)), "key {i}");
+    }
+    drop((ks, other, store));
+    let store = Store::open_with(dir.path(), opts(&c))?;
+    assert_eq!(store.keyspace("sessions")?.len()?, KEYS as usize);
+    Ok(())
+}
+
+/// A subscriber arriving while a compaction run is deciding would not stop an early drop, and
+/// a crash then would lose its events: subscribing waits for the run to end.
+#[test]
+fn subscribing_waits_for_a_compaction_run_in_progress() -> ebbdb::Result<()> {
+    use ebbdb::compaction::merge::CrashPoint;
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir()?;
+    let c = clock();
+    let (store, _ks) = filled(dir.path(), &c)?;
+    c.advance(Duration::from_secs(10));
+    // Ends with the subscriber (from a thread started while the run was at its outputs) and
+    // whether it had subscribed before the run went on.
+    type Seen = Option<(std::thread::JoinHandle<()>, bool)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    {
+        let (s2, seen2) = (store.clone(), Arc::clone(&seen));
+        store.set_merge_observer(Some(Arc::new(move |at| {
+            if at != CrashPoint::AfterOutputs {
+                return;
+            }
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let s3 = s2.clone();
+            let t = std::thread::spawn(move || {
+                let events = s3.subscribe_expirations();
+                let _ = tx.send(());
+                drop(events);
+            });
+            // A bounded wait for something that must not happen while the run holds on.
+            let early = rx.recv_timeout(Duration::from_millis(200)).is_ok();
+            *seen2.lock().expect("observer state") = Some((t, early));
+        })));
+    }
+    let report = store.run_compaction_policy()?;
+    store.set_merge_observer(None);
+    assert!(report.segments_dropped > 0, "{report:?}");
+    let (t, early) = seen
+        .lock()
+        .expect("observer state")
+        .take()
+        .expect("observer ran");
+    t.join().expect("subscriber thread");
+    assert!(!early, "subscribed in the middle of a compaction run");
+    Ok(())
+}

@@ -81,7 +81,13 @@ pub struct Rules {
 /// Expiry is final, so such a segment holds nothing any read can ever return again.
 #[must_use]
 pub fn dead_whole(s: &SegStats, now: u64, epoch: u64) -> bool {
-    s.shadowing == 0 && s.dies_by != ttl::NEVER && s.dies_by <= now && s.ttl_epoch >= epoch
+    // `u64::MAX`: no deadline was counted with an epoch, so nothing says `dies_by` is exact
+    // (such a segment waits for the ordinary drop).
+    s.shadowing == 0
+        && s.dies_by != ttl::NEVER
+        && s.dies_by <= now
+        && s.ttl_epoch != u64::MAX
+        && s.ttl_epoch >= epoch
 }
 
 /// Chooses among `sealed` segments. `full` merges every one that is not dropped; otherwise the
@@ -210,12 +216,13 @@ mod tests {
         };
         let mut m = HashMap::new();
         m.insert(1, seg(now, 0, epoch)); // every live record expired at `now`: drop
-        m.insert(2, seg(now - 100, 0, u64::MAX)); // loaded at open (exact): drop
+        m.insert(2, seg(now - 100, 0, epoch + 1)); // counted in a later epoch: drop
         m.insert(3, seg(now + 1, 0, epoch)); // one record still live: wait
         m.insert(4, seg(now - 100, 1, epoch)); // shadows an older version: never early
         m.insert(5, seg(now - 100, 0, epoch - 1)); // counted before a default change: wait
         m.insert(6, seg(ttl::NEVER, 0, epoch)); // a record that never expires
-        let ids = [1, 2, 3, 4, 5, 6];
+        m.insert(7, seg(now - 100, 0, u64::MAX)); // no epoch known: wait for the reaper
+        let ids = [1, 2, 3, 4, 5, 6, 7];
         let early = Rules {
             early_drop: Some(epoch),
             ..rules(0.5, 600, u64::MAX)
