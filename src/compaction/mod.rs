@@ -108,7 +108,7 @@ pub(crate) fn write_hint_file(inner: &Inner, id: u32, w: HintWriter) -> Result<(
         f.write_all(&w.finish())?;
         faults::sync_file(&f, &tmp, false)?;
         faults::check(&tmp, FaultKind::Rename)?;
-        std::fs::rename(&tmp, &path)
+        faults::rename(&tmp, &path)
     })()
     .at(&tmp)?;
     sync_dir(&inner.dir).at(&inner.dir)?;

@@ -571,7 +571,7 @@ fn clean_directory(
         match verdict {
             Verdict::Delete => std::fs::remove_file(&path).at(&path)?,
             Verdict::Publish => {
-                std::fs::rename(&path, path.with_extension("")).at(&path)?;
+                crate::faults::rename(&path, &path.with_extension("")).at(&path)?;
                 renamed = true;
             }
             Verdict::Foreign => {

@@ -142,7 +142,7 @@ impl ActiveFile {
         }
         let from = self.current_path();
         faults::check(&from, FaultKind::Rename)?;
-        std::fs::rename(&from, &self.path)?;
+        faults::rename(&from, &self.path)?;
         self.staged.store(false, Ordering::Release);
         Ok(())
     }

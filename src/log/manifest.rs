@@ -192,7 +192,7 @@ impl Manifest {
             f.write_all(&out)?;
             faults::sync_file(&f, &tmp, false)?;
             faults::check(&tmp, FaultKind::Rename)?;
-            fs::rename(&tmp, dir.join("MANIFEST"))
+            crate::faults::rename(&tmp, &dir.join("MANIFEST"))
         })()
         .at(&tmp)
     }
