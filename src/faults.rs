@@ -204,11 +204,13 @@ static DIR_SYNC: Mutex<()> = Mutex::new(());
 /// filesystem's rename is atomic, so the model's listing must be too.
 static RENAMES: RwLock<()> = RwLock::new(());
 
-/// `std::fs::rename`, atomic with respect to the power-loss model's directory listings.
+/// `std::fs::rename`, subject to the fault plan (`FaultKind::Rename` on `from`) and atomic
+/// with respect to the power-loss model's directory listings.
 ///
 /// # Errors
-/// The OS error.
+/// The injected error or the OS error.
 pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    check(from, FaultKind::Rename)?;
     let _atomic = TRACKING.load(Ordering::Relaxed).then(|| RENAMES.read());
     std::fs::rename(from, to)
 }

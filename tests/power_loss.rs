@@ -294,6 +294,28 @@ fn candidate(steps: &[(Step, Durable)], prefix: usize, maybe_in: bool) -> [Model
     models
 }
 
+/// With `EBBDB_POWER_TRACE` set, prints the steps of a failed cycle and what became of each.
+fn trace_steps(steps: &[(Step, Durable)]) {
+    if std::env::var("EBBDB_POWER_TRACE").is_err() {
+        return;
+    }
+    for (s, d) in steps {
+        let k = |k: &Vec<u8>| String::from_utf8_lossy(k).into_owned();
+        let line = match s {
+            Step::Put(ks, key, _, t) => format!("put {ks} {} {t:?}", k(key)),
+            Step::Delete(ks, key) => format!("delete {ks} {}", k(key)),
+            Step::Batch(ops) => format!(
+                "batch {:?}",
+                ops.iter()
+                    .map(|(ks, key, v)| format!("{ks}:{}:{}", k(key), v.is_some()))
+                    .collect::<Vec<_>>()
+            ),
+            other => format!("{other:?}"),
+        };
+        eprintln!("{d:?} {line}");
+    }
+}
+
 /// Stops tracking a directory when dropped.
 struct Untrack<'a>(&'a std::path::Path);
 
@@ -364,23 +386,7 @@ fn cycle(seed: u64) -> Result<(), String> {
     let got = state(&db).map_err(|e| ctx(&e.to_string()))?;
     for i in 0..2 {
         if got[i] != full[i].live() {
-            if std::env::var("EBBDB_POWER_TRACE").is_ok() {
-                for (s, d) in &steps {
-                    let k = |k: &Vec<u8>| String::from_utf8_lossy(k).into_owned();
-                    let line = match s {
-                        Step::Put(ks, key, _, t) => format!("put {ks} {} {t:?}", k(key)),
-                        Step::Delete(ks, key) => format!("delete {ks} {}", k(key)),
-                        Step::Batch(ops) => format!(
-                            "batch {:?}",
-                            ops.iter()
-                                .map(|(ks, key, v)| format!("{ks}:{}:{}", k(key), v.is_some()))
-                                .collect::<Vec<_>>()
-                        ),
-                        other => format!("{other:?}"),
-                    };
-                    eprintln!("{d:?} {line}");
-                }
-            }
+            trace_steps(&steps);
             return Err(ctx(&format!(
                 "keyspace {} differs from the model before any crash: {}",
                 NAMES[i],
@@ -396,13 +402,8 @@ fn cycle(seed: u64) -> Result<(), String> {
         faults::power_loss(dir.path()).map_err(|e| ctx(&format!("power loss: {e}")))?;
     }
     let db = open(dir.path(), &opts).map_err(|e| {
+        trace_steps(&steps);
         if std::env::var("EBBDB_POWER_TRACE").is_ok() {
-            for (s, d) in &steps {
-                eprintln!(
-                    "TRACE {d:?} {}",
-                    format!("{s:?}").chars().take(120).collect::<String>()
-                );
-            }
             if let Ok(rd) = std::fs::read_dir(dir.path()) {
                 for e in rd.flatten() {
                     eprintln!(

@@ -576,7 +576,6 @@ const MOVES_PER_LOCK: usize = 256;
 fn publish_names(inner: &Inner, written: &[(u32, SegStats, u64)]) -> Result<()> {
     for (id, _, _) in written {
         let tmp = segment_tmp_path(&inner.dir, *id);
-        faults::check(&tmp, FaultKind::Rename).at(&tmp)?;
         faults::rename(&tmp, &segment_path(&inner.dir, *id)).at(&tmp)?;
     }
     sync_dir(&inner.dir).at(&inner.dir)?;

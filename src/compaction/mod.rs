@@ -107,7 +107,6 @@ pub(crate) fn write_hint_file(inner: &Inner, id: u32, w: HintWriter) -> Result<(
         faults::check(&tmp, FaultKind::Write)?;
         f.write_all(&w.finish())?;
         faults::sync_file(&f, &tmp, false)?;
-        faults::check(&tmp, FaultKind::Rename)?;
         faults::rename(&tmp, &path)
     })()
     .at(&tmp)?;

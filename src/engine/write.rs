@@ -401,10 +401,10 @@ impl Inner {
                     seq,
                     write_ms: now_ms,
                 };
-                let len = record::encoded_len(&meta, op.key.len(), value.len());
                 let at = log
                     .active
                     .append_with(|buf| record::encode(buf, &meta, &op.key, value));
+                let len = (log.active.len() - at) as usize;
                 if live || kind == Kind::Tombstone {
                     added.shadowing += 1;
                 }

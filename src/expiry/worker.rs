@@ -259,8 +259,8 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
 /// Starts the sync thread: it commits rotations (`Inner::commit_rotations`: fsyncs and a
 /// manifest, up to hundreds of milliseconds on a busy disk) and syncs behind the writers, on
 /// its own thread so that neither waits for a merge on the upkeep worker, and the writers
-/// do not wait for either (unless the disk falls far behind: `commit_if_far_behind`). Failures poison the store (each is a failed fsync, rename or
-/// manifest write) and are recorded for `stats()`; its successes do not clear the worker's.
+/// do not wait for either (unless the disk falls far behind: `commit_if_far_behind`).
+/// Failures poison the store (each is a failed fsync, rename or manifest write) and are recorded for `stats()`; its successes do not clear the worker's.
 fn spawn_sync(inner: Arc<Inner>) -> Result<(Sender<Message>, JoinHandle<()>)> {
     let (tx, rx) = bounded::<Message>(1024);
     let thread = std::thread::Builder::new()

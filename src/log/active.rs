@@ -141,7 +141,6 @@ impl ActiveFile {
             return Ok(());
         }
         let from = self.current_path();
-        faults::check(&from, FaultKind::Rename)?;
         faults::rename(&from, &self.path)?;
         self.staged.store(false, Ordering::Release);
         Ok(())

@@ -191,8 +191,7 @@ impl Manifest {
             faults::check(&tmp, FaultKind::Write)?;
             f.write_all(&out)?;
             faults::sync_file(&f, &tmp, false)?;
-            faults::check(&tmp, FaultKind::Rename)?;
-            crate::faults::rename(&tmp, &dir.join("MANIFEST"))
+            faults::rename(&tmp, &dir.join("MANIFEST"))
         })()
         .at(&tmp)
     }
