@@ -25,6 +25,11 @@ pub struct SegStats {
     /// the TTL history when each was counted ([`ttl::NEVER`] if some record never expires or
     /// it is not known). A hint for the policy: a segment about to die whole is not merged.
     pub dies_by: u64,
+    /// The oldest default-TTL epoch (`Inner::ttl_epoch`) under which a deadline folded into
+    /// `dies_by` was computed (`u64::MAX` if none was; open sets 0 for what it counted):
+    /// `dies_by` is exact only if no default changed since, which is what dropping a segment
+    /// before its keys are reaped relies on.
+    pub ttl_epoch: u64,
 }
 
 impl Default for SegStats {
@@ -37,6 +42,7 @@ impl Default for SegStats {
             expired_items: 0,
             oldest_expiry: ttl::NEVER,
             dies_by: 0,
+            ttl_epoch: u64::MAX,
         }
     }
 }
@@ -51,6 +57,7 @@ impl SegStats {
         self.expired_items += o.expired_items;
         self.oldest_expiry = self.oldest_expiry.min(o.oldest_expiry);
         self.dies_by = self.dies_by.max(o.dies_by);
+        self.ttl_epoch = self.ttl_epoch.min(o.ttl_epoch);
     }
 
     /// Records that a record of `len` bytes expired at `at` (its bytes are already dead).

@@ -61,8 +61,8 @@ enum Step {
     Sync,
     Maintain,
     Compact,
-    /// The compaction policy alone, no expiry pass first (as the worker runs it while the
-    /// reaper is behind).
+    /// The compaction policy alone, no expiry pass first (a segment that died whole goes
+    /// before the reaper frees its keys).
     Policy,
     CompactFull,
     Reopen,
@@ -108,7 +108,7 @@ fn random_step(rng: &mut Rng) -> Step {
         40..=49 => Step::Delete(ks, key(rng)),
         50..=53 => {
             // Fresh keys under the keyspace's default TTL: segments of records that shadow
-            // nothing, which die whole and are dropped unread.
+            // nothing, which die whole (and may go before the reaper frees their keys).
             let n = 16 + rng.below(24);
             let ops = (0..n)
                 .map(|_| {

@@ -30,6 +30,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::engine::Inner;
@@ -72,6 +73,9 @@ struct Output {
 struct Outputs<'a> {
     inner: &'a Inner,
     snapshot_seq: u64,
+    /// The default-TTL epoch read before any deadline was computed: the outputs' `dies_by`
+    /// is exact only in it.
+    ttl_epoch: u64,
     done: Vec<Output>,
     current: Option<Output>,
     /// Every output file created, for cleanup if the merge fails before `finish`.
@@ -133,7 +137,10 @@ impl Outputs<'_> {
                 writer,
                 len: SegmentHeader::LEN,
                 hint: HintWriter::new(id),
-                stats: SegStats::default(),
+                stats: SegStats {
+                    ttl_epoch: self.ttl_epoch,
+                    ..SegStats::default()
+                },
             });
         }
         let o = self.current.as_mut().ok_or(Error::Closed)?;
@@ -354,6 +361,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let outputs = Outputs {
         inner,
         snapshot_seq,
+        ttl_epoch: inner.ttl_epoch.load(Ordering::Acquire),
         done: Vec::new(),
         current: None,
         created: Vec::new(),
@@ -599,6 +607,10 @@ struct Chosen {
 /// Step 1: under the log mutex, picks the segments (never a damaged one: its unreadable bytes
 /// cannot be proven dead) and takes `snapshot_seq` and `outside_min`.
 fn choose(inner: &Inner, full: bool, now: u64) -> Result<Option<Chosen>> {
+    // A segment that died whole may go before the reaper frees its keys, unless someone
+    // subscribed to expiry events: after a crash, those keys would be gone from disk without
+    // their events (taken before the log mutex: the subscriber list is a leaf lock).
+    let early_drop = !inner.has_subscribers();
     let mut log = inner.log.lock();
     // An active segment that is mostly dead (and not tiny) is sealed so the policy can
     // reclaim it too; otherwise expired data in a slow-growing log would wait for rotation.
@@ -622,15 +634,14 @@ fn choose(inner: &Inner, full: bool, now: u64) -> Result<Option<Chosen>> {
         .into_iter()
         .filter(|id| set.sealed.get(id).is_some_and(|s| !s.is_damaged()))
         .collect();
-    let sel = policy::select(
-        &candidates,
-        &log.segstats,
-        now,
-        inner.opts.compaction_dead_ratio,
-        inner.opts.max_reclaim_lag.as_secs(),
-        full,
-        MERGE_INPUT_SEGMENTS.saturating_mul(inner.opts.segment_size),
-    );
+    let rules = policy::Rules {
+        dead_ratio: inner.opts.compaction_dead_ratio,
+        max_lag_secs: inner.opts.max_reclaim_lag.as_secs(),
+        max_merge_bytes: MERGE_INPUT_SEGMENTS.saturating_mul(inner.opts.segment_size),
+        // Read under the log mutex, which a default-TTL change holds while it bumps the epoch.
+        early_drop: early_drop.then(|| inner.ttl_epoch.load(Ordering::Acquire)),
+    };
+    let sel = policy::select(&candidates, &log.segstats, now, &rules, full);
     if sel.is_empty() {
         return Ok(None);
     }

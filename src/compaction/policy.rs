@@ -59,6 +59,37 @@ fn overdue(s: &SegStats, now: u64, max_lag_secs: u64) -> bool {
     s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now
 }
 
+/// The policy's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rules {
+    /// Dead share at which a segment is merged.
+    pub dead_ratio: f64,
+    /// Reclamation-lag bound: expired bytes older than this are merged whatever the share.
+    pub max_lag_secs: u64,
+    /// Input bound of one merge (at least one segment is taken).
+    pub max_merge_bytes: u64,
+    /// `Some(epoch)` when a segment may be dropped as soon as it has died whole, before the
+    /// reaper has freed its keys ([`dead_whole`]): the current default-TTL epoch, which a
+    /// segment's `dies_by` must have been computed in. `None` when the reaper must go first
+    /// (an expiry subscriber needs every event to survive a crash).
+    pub early_drop: Option<u64>,
+}
+
+/// True when every record of `s` still counted live has expired at `now` by its `dies_by`,
+/// computed under the default-TTL history of `epoch` or later (a default change can move
+/// deadlines later, so an older `dies_by` proves nothing), and none shadows an older version.
+/// Expiry is final, so such a segment holds nothing any read can ever return again.
+#[must_use]
+pub fn dead_whole(s: &SegStats, now: u64, epoch: u64) -> bool {
+    // `u64::MAX`: no deadline was counted with an epoch, so nothing says `dies_by` is exact
+    // (such a segment waits for the ordinary drop).
+    s.shadowing == 0
+        && s.dies_by != ttl::NEVER
+        && s.dies_by <= now
+        && s.ttl_epoch != u64::MAX
+        && s.ttl_epoch >= epoch
+}
+
 /// Chooses among `sealed` segments. `full` merges every one that is not dropped; otherwise the
 /// merge takes at most `max_merge_bytes` of input (at least one segment): the oldest
 /// candidate, then overdue segments (longest overdue first), then the deadest, and leaves the
@@ -68,16 +99,21 @@ pub fn select(
     sealed: &[u32],
     stats: &HashMap<u32, SegStats>,
     now: u64,
-    dead_ratio: f64,
-    max_lag_secs: u64,
+    rules: &Rules,
     full: bool,
-    max_merge_bytes: u64,
 ) -> Selection {
+    let Rules {
+        dead_ratio,
+        max_lag_secs,
+        max_merge_bytes,
+        early_drop,
+    } = *rules;
     let mut sel = Selection::default();
     for &id in sealed {
         let s = stats.get(&id).copied().unwrap_or_default();
         let overdue = overdue(&s, now, max_lag_secs);
-        if s.dead >= s.total && s.shadowing == 0 {
+        let reaped = s.dead >= s.total && s.shadowing == 0;
+        if reaped || early_drop.is_some_and(|epoch| dead_whole(&s, now, epoch)) {
             sel.drop.push(id);
         } else if full || overdue {
             sel.merge.push(id);
@@ -148,6 +184,15 @@ mod tests {
 
     use super::*;
 
+    fn rules(dead_ratio: f64, max_lag_secs: u64, max_merge_bytes: u64) -> Rules {
+        Rules {
+            dead_ratio,
+            max_lag_secs,
+            max_merge_bytes,
+            early_drop: None,
+        }
+    }
+
     fn st(total: u64, dead: u64, shadowing: u64, oldest: u64) -> SegStats {
         SegStats {
             total,
@@ -156,6 +201,43 @@ mod tests {
             oldest_expiry: oldest,
             dies_by: ttl::NEVER,
             ..SegStats::default()
+        }
+    }
+
+    #[test]
+    fn a_segment_dead_whole_is_dropped_before_the_reaper_frees_it_only_when_allowed() {
+        let now = 10_000;
+        let epoch = 3;
+        let seg = |dies_by: u64, shadowing: u64, ttl_epoch: u64| SegStats {
+            dies_by,
+            shadowing,
+            ttl_epoch,
+            ..st(100, 10, 0, ttl::NEVER)
+        };
+        let mut m = HashMap::new();
+        m.insert(1, seg(now, 0, epoch)); // every live record expired at `now`: drop
+        m.insert(2, seg(now - 100, 0, epoch + 1)); // counted in a later epoch: drop
+        m.insert(3, seg(now + 1, 0, epoch)); // one record still live: wait
+        m.insert(4, seg(now - 100, 1, epoch)); // shadows an older version: never early
+        m.insert(5, seg(now - 100, 0, epoch - 1)); // counted before a default change: wait
+        m.insert(6, seg(ttl::NEVER, 0, epoch)); // a record that never expires
+        m.insert(7, seg(now - 100, 0, u64::MAX)); // no epoch known: wait for the reaper
+        let ids = [1, 2, 3, 4, 5, 6, 7];
+        let early = Rules {
+            early_drop: Some(epoch),
+            ..rules(0.5, 600, u64::MAX)
+        };
+        assert_eq!(select(&ids, &m, now, &early, false).drop, vec![1, 2]);
+        // Without permission (an expiry subscriber) only what the reaper freed goes.
+        assert!(select(&ids, &m, now, &rules(0.5, 600, u64::MAX), false)
+            .drop
+            .is_empty());
+        for id in ids {
+            assert_eq!(
+                dead_whole(&m[&id], now, epoch),
+                id <= 2,
+                "segment {id}"
+            );
         }
     }
 
@@ -174,18 +256,18 @@ mod tests {
         m.insert(4, dying(now - 3, 0)); // overdue but within the reaper's grace: wait
         m.insert(5, dying(now - REAP_GRACE_SECS - 1, 0)); // overdue past grace: merge
         m.insert(6, dying(ttl::NEVER, 0)); // some record never expires: merge
-        let sel = select(&[1, 2, 3, 4, 5, 6], &m, now, 0.5, 600, false, u64::MAX);
+        let sel = select(&[1, 2, 3, 4, 5, 6], &m, now, &rules(0.5, 600, u64::MAX), false);
         assert!(sel.drop.is_empty());
         assert_eq!(sel.merge, vec![2, 3, 5, 6]);
         // Dead at last: dropped, deferral or not.
         m.insert(1, SegStats { dead: 100, ..dying(now + 5, 0) });
-        assert_eq!(select(&[1], &m, now, 0.5, 600, false, u64::MAX).drop, vec![1]);
+        assert_eq!(select(&[1], &m, now, &rules(0.5, 600, u64::MAX), false).drop, vec![1]);
         // A full compaction merges everything it does not drop.
-        assert_eq!(select(&[4], &m, now, 0.5, 600, true, u64::MAX).merge, vec![4]);
+        assert_eq!(select(&[4], &m, now, &rules(0.5, 600, u64::MAX), true).merge, vec![4]);
         // The lag bound: expired bytes older than the lag are purged even from a segment
         // that waits to die.
         m.insert(7, SegStats { oldest_expiry: now - 700, ..dying(now + 5, 0) });
-        assert_eq!(select(&[7], &m, now, 0.5, 600, false, u64::MAX).merge, vec![7]);
+        assert_eq!(select(&[7], &m, now, &rules(0.5, 600, u64::MAX), false).merge, vec![7]);
     }
 
     #[test]
@@ -198,22 +280,22 @@ mod tests {
         m.insert(4, st(100, 10, 0, now - 700)); // overdue, 10 %
         m.insert(5, st(100, 100, 0, ttl::NEVER)); // dead: dropped, not counted
         let ids = [1, 2, 3, 4, 5];
-        let sel = select(&ids, &m, now, 0.5, 600, false, 250);
+        let sel = select(&ids, &m, now, &rules(0.5, 600, 250), false);
         assert_eq!(sel.drop, vec![5]);
         assert_eq!(sel.merge, vec![1, 4], "the oldest, then overdue, in id order");
-        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 300).merge, vec![1, 2, 4]);
+        assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 300), false).merge, vec![1, 2, 4]);
         // At least one segment, however small the bound.
-        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 1).merge, vec![1]);
+        assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 1), false).merge, vec![1]);
         // After the oldest, longest overdue first, whatever the dead share.
         m.insert(6, st(100, 90, 0, now - 650));
         m.insert(7, st(100, 5, 0, now - 900));
         assert_eq!(
-            select(&[3, 4, 6, 7], &m, now, 0.5, 600, false, 300).merge,
+            select(&[3, 4, 6, 7], &m, now, &rules(0.5, 600, 300), false).merge,
             vec![3, 4, 7]
         );
         // Within the bound, or a full compaction: everything.
-        assert_eq!(select(&ids, &m, now, 0.5, 600, false, 400).merge, vec![1, 2, 3, 4]);
-        assert_eq!(select(&ids, &m, now, 0.5, 600, true, 1).merge, vec![1, 2, 3, 4]);
+        assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 400), false).merge, vec![1, 2, 3, 4]);
+        assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 1), true).merge, vec![1, 2, 3, 4]);
     }
 
     #[test]
@@ -225,10 +307,10 @@ mod tests {
         m.insert(4, st(100, 49, 0, ttl::NEVER)); // below: keep
         m.insert(5, st(100, 10, 0, 1000)); // expired bytes older than the lag: merge
         m.insert(6, st(100, 10, 0, 1500)); // expired bytes within the lag: keep
-        let sel = select(&[1, 2, 3, 4, 5, 6], &m, 2000, 0.5, 600, false, u64::MAX);
+        let sel = select(&[1, 2, 3, 4, 5, 6], &m, 2000, &rules(0.5, 600, u64::MAX), false);
         assert_eq!(sel.drop, vec![1]);
         assert_eq!(sel.merge, vec![2, 3, 5]);
-        let full = select(&[1, 2, 3, 4, 5, 6], &m, 2000, 0.5, 600, true, u64::MAX);
+        let full = select(&[1, 2, 3, 4, 5, 6], &m, 2000, &rules(0.5, 600, u64::MAX), true);
         assert_eq!(full.merge, vec![2, 3, 4, 5, 6]);
     }
 
@@ -253,7 +335,7 @@ mod tests {
                 }
                 let mut ids: Vec<u32> = m.keys().copied().collect();
                 ids.sort_unstable();
-                let sel = select(&ids, &m, now, 0.5, lag, false, 400);
+                let sel = select(&ids, &m, now, &rules(0.5, lag, 400), false);
                 for id in &sel.merge {
                     m.remove(id);
                     merged.insert(*id);

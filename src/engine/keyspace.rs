@@ -475,7 +475,7 @@ impl Iter {
                 Some((k, Shown::Value(v))) => return Some(Ok(f(&k, &v))),
                 Some((k, Shown::Entry(e))) => {
                     let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
-                        continue; // its segment was not published (cannot happen under the lock)
+                        continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
                     };
                     return Some(self.ks.inner().with_value(seg, &e, &k, |v| f(&k, v)));
                 }
@@ -498,7 +498,7 @@ impl Iterator for Iter {
                 Some((k, Shown::Value(v))) => return Some(Ok((k, v))),
                 Some((k, Shown::Entry(e))) => {
                     let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
-                        continue; // its segment was not published (cannot happen under the lock)
+                        continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
                     };
                     return Some(self.ks.inner().read_value(seg, &e, &k).map(|v| (k, v)));
                 }

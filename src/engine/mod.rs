@@ -140,6 +140,10 @@ pub(crate) struct Inner {
     /// Stale timers dropped by sweeps since open.
     pub(crate) timers_swept: AtomicU64,
     pub(crate) merges: AtomicU64,
+    /// Default-TTL changes since open (bumped under the log mutex after the new history is in
+    /// place): a segment's `dies_by` is exact only if computed in the current epoch (see
+    /// `policy::dead_whole`).
+    pub(crate) ttl_epoch: AtomicU64,
     pub(crate) merge_lock: Mutex<()>,
     /// Serialises every manifest replacement (rotation commits, merge publishes, catalogue
     /// changes). Taken before `log`, and held across a manifest's fsyncs, which `log` is not
@@ -477,9 +481,14 @@ impl Store {
     /// first expiry pass after open ([`Store::maintain`], or the worker's first tick). Events
     /// come in no particular order: expiry passes and writes that replace expired versions
     /// publish concurrently.
+    ///
+    /// Waits for a compaction run in progress to end: a run that found nobody subscribed may
+    /// drop a segment whose items are not yet reported (DESIGN §7), and a subscriber must come
+    /// either before that decision (which then waits for the events) or after it is on disk.
     #[must_use]
     pub fn subscribe_expirations(&self) -> crossbeam_channel::Receiver<ExpiryEvent> {
         let (tx, rx) = crossbeam_channel::unbounded();
+        let _no_compaction_running = self.inner.merge_lock.lock();
         self.inner.subscribers.lock().push(tx);
         rx
     }

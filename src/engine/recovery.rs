@@ -358,6 +358,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let mut segstats: HashMap<u32, SegStats> = loader.stats.into_iter().collect();
     for s in segstats.values_mut() {
         s.dead = s.total;
+        // Every deadline below is counted under the history as it stands at open: the first
+        // epoch of this process (a default-TTL change after this makes them stale).
+        s.ttl_epoch = 0;
     }
     for (file, live) in live_by_file {
         if let Some(s) = segstats.get_mut(&file) {
@@ -439,6 +442,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         expirations: AtomicU64::new(0),
         timers_swept: AtomicU64::new(0),
         merges: AtomicU64::new(0),
+        ttl_epoch: AtomicU64::new(0),
         merge_lock: Mutex::new(()),
         manifest_lock: Mutex::new(()),
         rotations_durable: AtomicU64::new(0),

@@ -199,8 +199,11 @@ impl Inner {
                         // Expired at this batch's `now` (so at every later scan `now` too): a
                         // merge may already have dropped its record while the key directory
                         // still names it. A scan that started earlier could have seen it live;
-                        // it sees the key as absent instead, never a wrong value.
-                        Err(_) if !st.is_live(e, now) => None,
+                        // it sees the key as absent instead, never a wrong value. Also expired
+                        // if a later `now` finds it so: a segment that died whole is dropped
+                        // before the reaper frees its keys (DESIGN §7), possibly after this
+                        // batch took its instant.
+                        Err(_) if !st.is_live(e, now.max(self.now_s())) => None,
                         Err(err) => return Err(err),
                     }
                 }
@@ -324,6 +327,7 @@ impl Inner {
             let mut seq = log.next_seq;
             let mut added = SegStats {
                 total: total as u64,
+                ttl_epoch: self.ttl_epoch.load(Ordering::Acquire),
                 ..SegStats::default()
             };
             let mut dead: Vec<(u32, u64)> = Vec::new();
@@ -738,6 +742,9 @@ impl Inner {
         log.manifest = manifest;
         let mut st = ks.state.write();
         let before = std::mem::replace(&mut st.history, history);
+        // After the new history is in place (and before anyone can read it: `st` and the log
+        // mutex are held): a `dies_by` computed in the new epoch used the new history.
+        self.ttl_epoch.fetch_add(1, Ordering::AcqRel);
         // Re-time: file a timer for every item whose deadline moved earlier than its armed
         // timer (the one it had goes stale). Timers that now fire early (deadline moved later)
         // are re-armed by the reaper; timers of items that can no longer expire are disarmed
