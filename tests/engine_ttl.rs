@@ -310,3 +310,33 @@ fn oversized_keys_and_values_are_typed_errors() -> ebbdb::Result<()> {
     assert_eq!(ks.len()?, 0);
     Ok(())
 }
+
+/// A merge drops a record expired by its own metadata without looking its key up, so it must
+/// judge that expiry under the whole default-TTL history: records written under 10 s and
+/// lengthened to 100 s before they expired are still live at 50 s, through a full compaction
+/// and a reopen.
+#[test]
+fn a_merge_keeps_records_whose_default_was_lengthened() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let c = clock();
+    {
+        let store = Store::open_with(dir.path(), opts(&c))?;
+        let ks = store.create_keyspace("m", DefaultTtl::Seconds(10))?;
+        for i in 0..200 {
+            ks.put(format!("k{i:03}"), vec![b'v'; 100])?;
+        }
+        c.advance(secs(5));
+        ks.set_default_ttl(DefaultTtl::Seconds(100))?;
+        c.advance(secs(45));
+        let report = store.compact_full()?;
+        assert!(report.segments_merged > 0, "{report:?}");
+        assert_eq!(report.records_copied, 200, "{report:?}");
+        assert_eq!(ks.len()?, 200);
+        assert!(ks.get("k000")?.is_some());
+    }
+    let store = Store::open_with(dir.path(), opts(&c))?;
+    let ks = store.keyspace("m")?;
+    assert_eq!(ks.len()?, 200);
+    assert_eq!(ks.iter().count(), 200);
+    Ok(())
+}

@@ -39,7 +39,7 @@ use crate::faults::{self, FaultKind};
 use crate::format::hint::HintWriter;
 use crate::format::record::{self, Kind, Meta, Record, FLAG_MARKER, FLAG_SHADOWS};
 use crate::format::SegmentHeader;
-use crate::keydir::{KeyspaceCore, KeyspaceState};
+use crate::keydir::{KeyspaceCore, KeyspaceState, WriteSecs};
 use crate::log::manifest::{Manifest, SealedSegment};
 use crate::log::scan::{scan, scan_all, ScanEnd};
 use crate::log::segment::Segment;
@@ -300,14 +300,31 @@ fn decide(
     now: u64,
     outside_min: u64,
 ) -> (Decision, u64) {
+    // The no-resurrection rule (module docs, DESIGN.md section 6).
+    let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
+    let nothing_older_outside = outside_min > rec.meta.seq;
+    // A put expired by its own metadata is dead whatever the key directory says (an entry
+    // naming it has the same write second and TTL, so the same deadline, and expiry is
+    // final), so when the rule lets it go no lookup is needed: with TTLs spread over a
+    // minute most records of a merge's inputs are such puts.
+    if (unshadowed || nothing_older_outside)
+        && rec.meta.kind == Kind::Put
+        && ttl::is_expired(
+            ttl::expires_at(
+                WriteSecs::saturating(rec.meta.ts()).get(),
+                rec.meta.ttl,
+                &st.history,
+            ),
+            now,
+        )
+    {
+        return (Decision::Drop, ttl::NEVER);
+    }
     let current = st.map.get(rec.key);
     let live = rec.meta.kind == Kind::Put
         && current.is_some_and(|e| e.file == file && e.offset == off && st.is_live(e, now));
-    // The no-resurrection rule (module docs, DESIGN.md section 6).
-    let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
     let hidden_by_newer =
         current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
-    let nothing_older_outside = outside_min > rec.meta.seq;
     if live {
         (Decision::Copy, current.map_or(ttl::NEVER, |e| st.expires_at(e)))
     } else if unshadowed || hidden_by_newer || nothing_older_outside {
