@@ -247,6 +247,8 @@ impl Copying<'_, '_> {
                     *slot = Some((Arc::clone(&core), decision, deadline));
                 }
             }
+            // A waiting writer goes next (see `handle_fired`).
+            parking_lot::RwLockReadGuard::unlock_fair(st);
         }
         for ((off, len, rec), d) in pending.drain(..).zip(decided) {
             let Some((core, decision, deadline)) = d else {
@@ -529,6 +531,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
                     *superseded.entry(m.to.0).or_default() += u64::from(m.len);
                 }
             }
+            parking_lot::RwLockWriteGuard::unlock_fair(st);
         }
     }
     crash_here(inner, CrashPoint::AfterKeydirMove)?;
