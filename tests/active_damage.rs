@@ -169,3 +169,42 @@ fn active_segment_cut_below_its_durable_point_is_corruption() -> ebbdb::Result<(
     let lost: Vec<u32> = (20..KEYS).collect();
     expect_salvage(dir.path(), &c, &lost)
 }
+
+#[test]
+fn a_region_too_costly_to_search_is_corruption_not_a_torn_tail() -> ebbdb::Result<()> {
+    // Past the last record, one valid-looking header repeated over 2 MiB, each copy claiming a
+    // 256 KiB body: searching for the next record from every offset would hash tens of
+    // gigabytes. The search stops at its budget; what it did not search is not taken for a
+    // torn tail (records may follow it), so Strict refuses and Salvage cuts it off.
+    let dir = tempfile::tempdir()?;
+    let c = clock();
+    let (seg, offsets) = build(dir.path(), &c)?;
+    let mut end = 0;
+    edit(&seg, |b| {
+        let last = offsets[KEYS as usize - 1] as usize;
+        let rec = record::decode(&b[last..]).expect("the last record decodes");
+        end = last + rec.encoded_len();
+        let mut long = Vec::new();
+        let claimed = 256 << 10;
+        record::encode(&mut long, &rec.meta, b"", &vec![0xA5; claimed]);
+        long.truncate(long.len() - claimed);
+        b.truncate(end);
+        while b.len() < end + (2 << 20) {
+            b.extend_from_slice(&long);
+        }
+    })?;
+    match Store::open_with(dir.path(), opts(&c)) {
+        Err(Error::Corruption {
+            file,
+            offset,
+            reason,
+            ..
+        }) => {
+            assert_eq!((file, offset), (seg.clone(), end as u64));
+            assert!(reason.contains("not searched"), "{reason}");
+        }
+        Err(e) => panic!("expected corruption, got {e}"),
+        Ok(_) => panic!("expected corruption, but open succeeded"),
+    }
+    expect_salvage(dir.path(), &c, &[])
+}

@@ -19,7 +19,7 @@ use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
 use crate::error::{Error, IoContext, Result};
 use crate::expiry::Timer;
 use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
-use crate::format::{hint, SegmentHeader, SEGMENT_HEADER_LEN};
+use crate::format::{hint, DecodeError, SegmentHeader, SEGMENT_HEADER_LEN};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
 use crate::log::lock::DirLock;
@@ -831,6 +831,12 @@ fn load_active(
     };
     let valid = tail.map_or(bytes.len(), |t| t.offset) as u64;
     let lost_durable = claimed.saturating_sub(valid);
+    // Unless the search stopped before the end (`Unsearched`): records may follow it, so it is
+    // damage (Strict refuses), though salvage cuts there like a tail, so that new writes never
+    // land behind a range no open can search past.
+    let unsearched = tail
+        .filter(|t| t.err == DecodeError::Unsearched)
+        .map_or(0, |t| t.len() as u64);
     let problem = interior
         .first()
         .map(|d| {
@@ -839,6 +845,7 @@ fn load_active(
                 format!("{} (and records after it decode: not a torn tail)", d.err),
             )
         })
+        .or_else(|| (unsearched > 0).then(|| (valid, DecodeError::Unsearched.to_string())))
         .or_else(|| {
             (lost_durable > 0).then(|| {
                 let why = tail.map_or("ends".to_string(), |t| t.err.to_string());
@@ -853,7 +860,7 @@ fn load_active(
             return Err(Error::corruption(&path, offset, reason));
         }
         let skipped: u64 = interior.iter().map(|d| d.len() as u64).sum();
-        damage.segment(skipped.saturating_add(lost_durable));
+        damage.segment(skipped.saturating_add(lost_durable.max(unsearched)));
     }
     let zero_tail = bytes
         .get(valid as usize..)

@@ -34,6 +34,9 @@ pub enum DecodeError {
     BadField,
     /// An all-zero header: the end of the written part of a file.
     End,
+    /// A damaged record after which searching for the next one would cost more than a scan
+    /// allows (`log::scan::scan_all`): the rest of the segment is not searched.
+    Unsearched,
 }
 
 impl std::fmt::Display for DecodeError {
@@ -44,6 +47,10 @@ impl std::fmt::Display for DecodeError {
             DecodeError::BadLength => "length field out of range",
             DecodeError::BadField => "invalid field value",
             DecodeError::End => "zeroed bytes",
+            DecodeError::Unsearched => {
+                "damaged record; finding the next record would cost more than the scan allows \
+                 (crafted bytes?), so the rest of the segment was not searched"
+            }
         };
         f.write_str(s)
     }

@@ -264,6 +264,15 @@ pub fn plausible(b: &[u8]) -> Option<Meta> {
     header(b).ok().map(|h| h.meta)
 }
 
+/// The length of the record that may start at `b` as its header claims it (header, key and
+/// value), if the header passes its own checks: what decoding it would hash at most.
+#[must_use]
+pub fn claimed_len(b: &[u8]) -> Option<usize> {
+    header(b)
+        .ok()
+        .map(|h| h.body_at + h.key_len + h.value_len)
+}
+
 /// Member count of a batch header record.
 #[must_use]
 pub fn batch_count(rec: &Record<'_>) -> u32 {

@@ -48,7 +48,7 @@ pub fn scan<'a>(bytes: &'a [u8], mut f: impl FnMut(u32, u32, &Record<'a>)) -> Sc
     let mut pos = SEGMENT_HEADER_LEN;
     let mut members: Vec<(u32, u32, Record<'a>)> = Vec::new();
     while pos < bytes.len() {
-        match unit(bytes, pos, &mut members) {
+        match unit(bytes, pos, &mut members, None) {
             Ok(end) => {
                 for (off, l, m) in &members {
                     f(*off, *l, m);
@@ -101,45 +101,76 @@ pub fn scan_all<'a>(
     let mut damage = Vec::new();
     let mut pos = SEGMENT_HEADER_LEN;
     let mut members: Vec<(u32, u32, Record<'a>)> = Vec::new();
+    let mut budget = resync_budget(bytes.len());
     while pos < bytes.len() {
-        match unit(bytes, pos, &mut members) {
+        match unit(bytes, pos, &mut members, None) {
             Ok(next) => {
                 for (off, l, m) in &members {
                     f(*off, *l, m);
                 }
                 pos = next;
             }
-            Err(err) => {
-                let next = resync(bytes, pos + 1);
-                damage.push(Damage {
-                    offset: pos,
-                    end: next,
-                    err,
-                });
-                pos = next;
-            }
+            Err(err) => match resync(bytes, pos + 1, &mut budget) {
+                Some(next) => {
+                    damage.push(Damage {
+                        offset: pos,
+                        end: next,
+                        err,
+                    });
+                    pos = next;
+                }
+                None => {
+                    damage.push(Damage {
+                        offset: pos,
+                        end: bytes.len(),
+                        err: DecodeError::Unsearched,
+                    });
+                    break;
+                }
+            },
         }
     }
     damage
 }
 
-/// The first offset at or after `from` where a record (or a whole batch) decodes, or
-/// `bytes.len()` if there is none. Cheap field checks come before the CRC, so sliding over
-/// garbage or zeros costs a few comparisons per byte. A batch member is never a place to
-/// resume: a batch whose header is lost is skipped whole (all or nothing, even in salvage),
-/// and the members of a torn batch at the end of the active segment do not make its tail
-/// look like damage followed by good records.
+/// Bytes a [`scan_all`] may hash while resynchronising, per byte scanned ...
+pub const RESYNC_WORK_PER_BYTE: usize = 64;
+/// ... and at least this many, whatever the length.
+pub const RESYNC_WORK_FLOOR: usize = 256 << 20;
+
+/// The resynchronisation budget of a scan over `len` bytes: sliding over random bytes hashes
+/// about 19 times the range (candidate headers claim long bodies), so honest damage never
+/// meets it; a range crafted to repeat valid-looking headers that claim long bodies would
+/// otherwise cost time quadratic in its length.
 #[must_use]
-pub fn resync(bytes: &[u8], from: usize) -> usize {
+pub fn resync_budget(len: usize) -> usize {
+    len.saturating_mul(RESYNC_WORK_PER_BYTE)
+        .max(RESYNC_WORK_FLOOR)
+}
+
+/// The first offset at or after `from` where a record (or a whole batch) decodes, or
+/// `bytes.len()` if there is none; `None` once the bytes hashed would pass `budget` (what is
+/// left of it is updated). Cheap field checks come before the CRC, so sliding over garbage or
+/// zeros costs a few comparisons per byte. A batch member is never a place to resume: a batch
+/// whose header is lost is skipped whole (all or nothing, even in salvage), and the members of
+/// a torn batch at the end of the active segment do not make its tail look like damage
+/// followed by good records.
+#[must_use]
+pub fn resync(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usize> {
     let mut members = Vec::new();
     let mut pos = from;
     while pos + MIN_RECORD_LEN <= bytes.len() {
-        if plausible(bytes, pos) && unit(bytes, pos, &mut members).is_ok() {
-            return pos;
+        if plausible(bytes, pos) {
+            let mut hashed = 0;
+            let decoded = unit(bytes, pos, &mut members, Some(&mut hashed)).is_ok();
+            *budget = budget.checked_sub(hashed)?;
+            if decoded {
+                return Some(pos);
+            }
         }
         pos += 1;
     }
-    bytes.len()
+    Some(bytes.len())
 }
 
 /// A header that passes its own checks ([`record::plausible`]) and is not a batch member.
@@ -152,15 +183,27 @@ fn plausible(bytes: &[u8], pos: usize) -> bool {
 
 /// Decodes the unit at `pos`: one put or tombstone, or a batch header and all its members.
 /// On success `members` holds the records to apply (never the batch header) and the result is
-/// where the unit ends.
+/// where the unit ends. With `hashed`, adds what each decode hashes (the length its header
+/// claims, when the bytes are there).
 fn unit<'a>(
     bytes: &'a [u8],
     pos: usize,
     members: &mut Vec<(u32, u32, Record<'a>)>,
+    mut hashed: Option<&mut usize>,
 ) -> Result<usize, DecodeError> {
     members.clear();
+    let mut decode = |rest: &'a [u8]| {
+        if let Some(h) = hashed.as_deref_mut() {
+            // A body past the end is `Truncated` before any hashing.
+            let claimed = record::claimed_len(rest).unwrap_or(0);
+            if claimed <= rest.len() {
+                *h = h.saturating_add(claimed);
+            }
+        }
+        record::decode(rest)
+    };
     let rest = bytes.get(pos..).unwrap_or_default();
-    let rec = record::decode(rest)?;
+    let rec = decode(rest)?;
     let len = rec.encoded_len();
     if rec.meta.kind != Kind::BatchHeader {
         members.push((offset32(pos), len32(len), rec));
@@ -170,7 +213,7 @@ fn unit<'a>(
     let mut at = pos + len;
     for _ in 0..count {
         let rest = bytes.get(at..).unwrap_or_default();
-        match record::decode(rest) {
+        match decode(rest) {
             Ok(m) if m.meta.kind != Kind::BatchHeader => {
                 let mlen = m.encoded_len();
                 members.push((offset32(at), len32(mlen), m));
@@ -282,5 +325,63 @@ mod tests {
             assert_eq!(end.valid_len(), batch_at, "cut {cut}");
             assert_eq!(seen, vec![1], "cut {cut}");
         }
+    }
+
+    /// The header of a put that claims a `claimed`-byte value: valid on its own (check byte
+    /// included), its CRC never matching what follows it.
+    fn long_claiming_header(claimed: usize) -> Vec<u8> {
+        let value = vec![0xA5; claimed];
+        let mut rec = Vec::new();
+        encode(&mut rec, &meta(Kind::Put, 9, 0), b"", &value);
+        rec.truncate(rec.len() - claimed);
+        rec
+    }
+
+    #[test]
+    fn a_region_of_headers_claiming_long_bodies_stops_at_the_budget() {
+        let (mut b, _) = file_with_batch();
+        let damaged_at = b.len();
+        // 2 MiB of one header repeated, each claiming 256 KiB: about 140,000 candidates that
+        // pass the header checks and would hash 256 KiB each (36 GB) without a bound.
+        let header = long_claiming_header(256 << 10);
+        while b.len() < damaged_at + (2 << 20) {
+            b.extend_from_slice(&header);
+        }
+        encode(&mut b, &meta(Kind::Put, 10, 0), b"z", b"after");
+        let mut budget = 64 << 20;
+        assert_eq!(resync(&b, damaged_at, &mut budget), None);
+        let mut seen = Vec::new();
+        let d = scan_all(&b, b.len(), |_, _, r| seen.push(r.meta.seq));
+        assert_eq!(
+            d,
+            vec![Damage {
+                offset: damaged_at,
+                end: b.len(),
+                err: DecodeError::Unsearched
+            }]
+        );
+        assert_eq!(seen, vec![1, 3, 4], "the records before the region are kept");
+    }
+
+    #[test]
+    fn random_damage_resynchronises_well_within_the_budget() {
+        let (mut b, _) = file_with_batch();
+        let damaged_at = b.len();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..(1 << 20) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b.push((x >> 24) as u8);
+        }
+        let good = b.len();
+        encode(&mut b, &meta(Kind::Put, 10, 0), b"z", b"after");
+        let start = resync_budget(b.len());
+        let mut budget = start;
+        assert_eq!(resync(&b, damaged_at + 1, &mut budget), Some(good));
+        // Random bytes hash a few times their length (about twice here, 19 times over 32 MiB,
+        // where longer claimed bodies fit); the budget allows 64 times.
+        let spent = start - budget;
+        assert!(spent < 32 * (1 << 20), "spent {spent} bytes");
     }
 }
