@@ -103,9 +103,11 @@ pub struct Stats {
     pub live_items: u64,
     /// Record bytes of live items.
     pub live_bytes: u64,
-    /// Items that have expired but whose records are still on disk.
+    /// Items that have expired and are not purged yet: entries the reaper has not freed (their
+    /// records may already be gone, with a segment dropped whole once every record in it had
+    /// expired) and freed items whose records are still on disk.
     pub expired_items: u64,
-    /// Record bytes of those items.
+    /// Record bytes of those items: what they took on disk, so at most what they still take.
     pub expired_bytes: u64,
     /// Bytes of the published segments (sealed files plus the active one's written length).
     /// Retired segments still held by a reader are not counted here (see `disk_bytes`).
@@ -119,7 +121,7 @@ pub struct Stats {
     pub segments: usize,
     /// Per segment.
     pub per_segment: Vec<SegmentStats>,
-    /// Earliest deadline among expired items not yet purged from disk (Unix seconds).
+    /// Earliest deadline among the items counted in `expired_items` (Unix seconds).
     pub oldest_unpurged_expiry: Option<u64>,
     /// Items expired by the reaper since open.
     pub expirations: u64,
