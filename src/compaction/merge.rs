@@ -187,7 +187,9 @@ impl SegmentHeader {
 }
 
 struct Move {
-    ks: Arc<KeyspaceCore>,
+    /// The keyspace's id (its core is in `Copying::keyspaces`: no reference count touched per
+    /// record, a cache line the writer's own clones keep moving between cores).
+    ks: u32,
     key: Box<[u8]>,
     seq: u64,
     from: (u32, u32),
@@ -223,8 +225,9 @@ impl Copying<'_, '_> {
     /// Decides every record of `pending` (read from `seg`), one read lock per keyspace, then
     /// copies the live ones and writes the markers in file order; empties `pending`.
     fn settle(&mut self, seg: &Segment, pending: &mut Vec<(u32, u32, Record<'_>)>) -> Result<()> {
-        let mut decided: Vec<Option<(Arc<KeyspaceCore>, Decision, u64)>> =
-            (0..pending.len()).map(|_| None).collect();
+        // Per record: the decision and, when copied, the deadline (`None`: a dropped
+        // keyspace's record, dead and needing no marker).
+        let mut decided: Vec<Option<(Decision, u64)>> = vec![None; pending.len()];
         // One read lock per keyspace in the chunk (records of several keyspaces interleave:
         // a document write and its history record share a batch).
         let mut ids: Vec<u32> = pending.iter().map(|(_, _, r)| r.meta.keyspace).collect();
@@ -235,23 +238,20 @@ impl Copying<'_, '_> {
             let core = self
                 .keyspaces
                 .entry(ks_id)
-                .or_insert_with(|| inner.keyspace_by_id(ks_id))
-                .clone();
+                .or_insert_with(|| inner.keyspace_by_id(ks_id));
             // A dropped keyspace: its records are dead and need no marker (left `None`).
             let Some(core) = core else { continue };
             let st = core.state.read();
             for (slot, (off, _, rec)) in decided.iter_mut().zip(pending.iter()) {
                 if rec.meta.keyspace == ks_id {
-                    let (decision, deadline) =
-                        decide(&st, seg.id, *off, rec, self.now, self.outside_min);
-                    *slot = Some((Arc::clone(&core), decision, deadline));
+                    *slot = Some(decide(&st, seg.id, *off, rec, self.now, self.outside_min));
                 }
             }
             // A waiting writer goes next (see `handle_fired`).
             parking_lot::RwLockReadGuard::unlock_fair(st);
         }
         for ((off, len, rec), d) in pending.drain(..).zip(decided) {
-            let Some((core, decision, deadline)) = d else {
+            let Some((decision, deadline)) = d else {
                 continue;
             };
             // The scan found the record in this mapping, so it is there; never copy an empty
@@ -265,7 +265,7 @@ impl Copying<'_, '_> {
                     let to = self.outputs.place(&rec.meta, rec.key, raw, deadline)?;
                     self.report.records_copied += 1;
                     self.moves.push(Move {
-                        ks: core,
+                        ks: rec.meta.keyspace,
                         key: rec.key.into(),
                         seq: rec.meta.seq,
                         from: (seg.id, off),
@@ -425,7 +425,12 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             ));
         }
     }
-    let Copying { outputs, moves, .. } = copying;
+    let Copying {
+        outputs,
+        moves,
+        keyspaces,
+        ..
+    } = copying;
     let written = outputs.finish()?;
     report.segments_written = written.len();
     crash_here(inner, CrashPoint::AfterOutputs)?;
@@ -514,10 +519,12 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         }
     }
     let mut superseded: HashMap<u32, u64> = HashMap::new();
-    for chunk in moves.chunk_by(|a, b| Arc::ptr_eq(&a.ks, &b.ks)) {
+    for chunk in moves.chunk_by(|a, b| a.ks == b.ks) {
+        let Some(Some(core)) = chunk.first().and_then(|m| keyspaces.get(&m.ks)) else {
+            continue;
+        };
         for part in chunk.chunks(MOVES_PER_LOCK) {
-            let Some(first) = part.first() else { continue };
-            let mut st = first.ks.state.write();
+            let mut st = core.state.write();
             for m in part {
                 let moved = match st.map.get_mut(&*m.key) {
                     Some(e) if (e.file, e.offset) == m.from && e.seq == m.seq => {
@@ -610,6 +617,7 @@ fn publish_names(inner: &Inner, written: &[(u32, SegStats, u64)]) -> Result<()> 
     Ok(())
 }
 
+#[derive(Clone, Copy)]
 enum Decision {
     Copy,
     Drop,

@@ -139,8 +139,8 @@ pub const RESYNC_WORK_PER_BYTE: usize = 64;
 pub const RESYNC_WORK_FLOOR: usize = 256 << 20;
 
 /// The resynchronisation budget of a scan over `len` bytes: sliding over random bytes hashes
-/// about 19 times the range (candidate headers claim long bodies), so honest damage never
-/// meets it; a range crafted to repeat valid-looking headers that claim long bodies would
+/// a few times the range, up to about 19 times over 32 MiB (candidate headers claim long
+/// bodies), so honest damage never meets it; a range crafted to repeat valid-looking headers that claim long bodies would
 /// otherwise cost time quadratic in its length.
 #[must_use]
 pub fn resync_budget(len: usize) -> usize {
