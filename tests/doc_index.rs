@@ -366,3 +366,59 @@ fn readers_see_a_batch_whole_or_not_at_all_through_the_index() {
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("writer");
 }
+
+/// An indexed `COUNT(1) WHERE` counts items that cannot expire without reading them; items
+/// without a `ttl` of their own expire by the container's default, so the count must drop at
+/// that deadline, also when the default was set after the items were written and across a
+/// reopen (the index is rebuilt).
+#[test]
+fn an_indexed_count_follows_the_containers_default_ttl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = common::clock();
+    let q = "SELECT VALUE COUNT(1) FROM c WHERE c.status = 'open'";
+    {
+        let db = open(dir.path(), &clock);
+        let props = |id: &str, ttl| {
+            ContainerProperties::new(id, "/pk")
+                .with_default_ttl(ttl)
+                .with_included_paths(["/status/?"])
+        };
+        let fixed = db
+            .create_container(props("fixed", DefaultTtl::Seconds(10)))
+            .expect("container");
+        let later = db
+            .create_container(props("later", DefaultTtl::NeverExpire))
+            .expect("container");
+        for i in 0..20 {
+            let item = json!({"id": format!("{i:02}"), "pk": "a", "status": "open"});
+            fixed.create_item(&item).expect("create");
+            later.create_item(&item).expect("create");
+        }
+        assert_eq!((count(&fixed, q), count(&later, q)), (20, 20));
+        clock.advance(Duration::from_secs(5));
+        // A default set later counts from each item's write: these expire at 8 s.
+        let later = db
+            .replace_container(props("later", DefaultTtl::Seconds(8)))
+            .expect("replace");
+        clock.advance(Duration::from_secs(2));
+        assert_eq!((count(&fixed, q), count(&later, q)), (20, 20));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!((count(&fixed, q), count(&later, q)), (20, 0));
+        clock.advance(Duration::from_secs(2));
+        assert_eq!((count(&fixed, q), count(&later, q)), (0, 0));
+    }
+    // Back to no expiry after the reopen: expired items stay expired (expiry is final) and
+    // new items count without a deadline.
+    let db = open(dir.path(), &clock);
+    let later = db.container("later").expect("container");
+    assert_eq!(count(&later, q), 0);
+    let never = ContainerProperties::new("later", "/pk")
+        .with_default_ttl(DefaultTtl::NeverExpire)
+        .with_included_paths(["/status/?"]);
+    let later = db.replace_container(never).expect("replace");
+    later
+        .create_item(&json!({"id": "new", "pk": "a", "status": "open"}))
+        .expect("create");
+    clock.advance(Duration::from_secs(100));
+    assert_eq!(count(&later, q), 1);
+}

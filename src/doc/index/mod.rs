@@ -43,6 +43,7 @@ use smallvec::SmallVec;
 use self::keyhash::KeyHash;
 use crate::engine::{Keyspace, Picked};
 use crate::error::Result;
+use crate::ttl::{DefaultTtl, ItemTtl};
 
 /// What a query asks of one indexed path.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,12 +113,25 @@ impl Probe {
 }
 
 /// One version of an item as the index holds it: the id its write was given, whether that
-/// write is still in flight, and its encoded value per path (`ABSENT` where not indexed).
+/// write is still in flight, its encoded value per path (`ABSENT` where not indexed), and
+/// whether its own `ttl` could make it expire (a number of seconds, or not readable).
 #[derive(Debug)]
 struct Version {
     id: u64,
     pending: bool,
     enc: Box<[u8]>,
+    may_expire: bool,
+}
+
+/// Whether the item `doc` (as stored) could expire by its own `ttl`: the same field, read the
+/// same way, that gave its record its own TTL. Absent or `-1` cannot; anything else might.
+fn may_expire(doc: Option<&Value>) -> bool {
+    doc.is_some_and(|d| {
+        !matches!(
+            crate::doc::validate::parse_item_ttl(d.get("ttl")),
+            Ok(ItemTtl::Inherit | ItemTtl::Never)
+        )
+    })
 }
 
 /// The item keys holding one value at one path, with their version counts. Unordered: a
@@ -277,6 +291,7 @@ impl IndexSet {
             id,
             pending: true,
             enc,
+            may_expire: may_expire(doc),
         };
         match t.by_key.get_mut(key) {
             Some(list) => list.push(v),
@@ -388,10 +403,12 @@ impl IndexSet {
     /// every later write stages its own version). A key some write already staged is skipped:
     /// that write's version is at least as new as what the scan read.
     fn build(&self, ks: &Keyspace) -> Result<()> {
-        let mut batch: Vec<(Vec<u8>, Box<[u8]>)> = Vec::new();
-        let flush = |batch: &mut Vec<(Vec<u8>, Box<[u8]>)>| {
+        // (item key, encoded values, may expire)
+        type Built = (Vec<u8>, Box<[u8]>, bool);
+        let mut batch: Vec<Built> = Vec::new();
+        let flush = |batch: &mut Vec<Built>| {
             let mut t = self.t.write();
-            for (key, enc) in batch.drain(..) {
+            for (key, enc, may_expire) in batch.drain(..) {
                 if Self::all_absent(&enc) || t.by_key.contains_key(key.as_slice()) {
                     continue;
                 }
@@ -401,16 +418,22 @@ impl IndexSet {
                     id: 0,
                     pending: false,
                     enc,
+                    may_expire,
                 });
             }
         };
         for kv in ks.iter() {
             let (key, bytes) = kv?;
-            let doc: Value = match super::stored::parse(&bytes) {
-                Ok(v) => v,
-                Err(_) => Value::Null,
+            // A stored item that does not parse indexes nothing; counted as one that might
+            // expire, so a count looks it up.
+            let (doc, expires) = match super::stored::parse::<Value>(&bytes) {
+                Ok(v) => {
+                    let expires = may_expire(Some(&v));
+                    (v, expires)
+                }
+                Err(_) => (Value::Null, true),
             };
-            batch.push((key, self.encode_doc(Some(&doc))));
+            batch.push((key, self.encode_doc(Some(&doc)), expires));
             if batch.len() >= 1024 {
                 flush(&mut batch);
             }
@@ -535,16 +558,29 @@ impl IndexSet {
                 let found = tree.range::<[u8], _>(bounds).flat_map(|(_, p)| p.keys());
                 keys.extend(found.map(|k| &**k).filter(|k| keep(k)));
             }
-            // In key order: consecutive lookups in the key directory then share its nodes.
-            keys.sort_unstable();
-            keys.dedup();
             // The key directory under one read lock: a consistent cut (writes are held at the
             // index lock meanwhile, and none is in flight for a key with one settled version).
             let st = ks.core().state.read();
+            // A settled version that can expire neither by a default (none of the container's
+            // settings was a number of seconds) nor by its own `ttl` is the key's current,
+            // live version: counted without a lookup (a delete or a newer write would have
+            // staged a second version; nothing else removes a key that cannot expire).
+            let defaults_expire = st
+                .history
+                .iter()
+                .any(|c| matches!(c.default, DefaultTtl::Seconds(_)));
+            // Several ranges may name a key twice; a key with one settled version holds one
+            // value, so within one range it comes once (keys with more versions are unsure,
+            // deduplicated below). Sorted also when every key is looked up: consecutive
+            // lookups in key order share the key directory's nodes.
+            if ranges.len() > 1 || defaults_expire {
+                keys.sort_unstable();
+                keys.dedup();
+            }
             for key in keys {
                 match t.by_key.get(key).map(SmallVec::as_slice) {
                     Some([v]) if !v.pending => {
-                        if st.live(key, now).is_some() {
+                        if (!defaults_expire && !v.may_expire) || st.live(key, now).is_some() {
                             n += 1;
                         }
                     }
