@@ -524,7 +524,10 @@ fn check_active(
         );
     }
     let valid = tail.map_or(bytes.len(), |t| t.offset) as u64;
-    if valid < claimed {
+    if let Some(t) = tail.filter(|t| t.err == DecodeError::Unsearched) {
+        // Records may follow a range the search gave up on: opening refuses it (Strict).
+        report.problem(path, t.offset as u64, describe(t.err));
+    } else if valid < claimed {
         report.problem(
             path,
             valid,

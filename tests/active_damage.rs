@@ -206,5 +206,14 @@ fn a_region_too_costly_to_search_is_corruption_not_a_torn_tail() -> ebbdb::Resul
         Err(e) => panic!("expected corruption, got {e}"),
         Ok(_) => panic!("expected corruption, but open succeeded"),
     }
+    // `verify` names as a problem what a Strict open refuses.
+    let report = ebbdb::verify(dir.path())?;
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.file == seg && p.offset == end as u64 && p.message.contains("not searched")),
+        "{report:?}"
+    );
     expect_salvage(dir.path(), &c, &[])
 }

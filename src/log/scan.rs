@@ -103,7 +103,25 @@ pub fn scan_all<'a>(
     let mut members: Vec<(u32, u32, Record<'a>)> = Vec::new();
     let mut budget = resync_budget(bytes.len());
     while pos < bytes.len() {
-        match unit(bytes, pos, &mut members, None) {
+        // A unit that fails to decode is charged too: damage crafted as long-claiming headers
+        // each followed by a small good record would otherwise cost (headers × claimed length)
+        // here while every resynchronisation found the next record for almost nothing.
+        let mut hashed = 0;
+        let decoded = unit(bytes, pos, &mut members, Some(&mut hashed));
+        if decoded.is_err() {
+            match budget.checked_sub(hashed) {
+                Some(left) => budget = left,
+                None => {
+                    damage.push(Damage {
+                        offset: pos,
+                        end: bytes.len(),
+                        err: DecodeError::Unsearched,
+                    });
+                    break;
+                }
+            }
+        }
+        match decoded {
             Ok(next) => {
                 for (off, l, m) in &members {
                     f(*off, *l, m);
@@ -383,5 +401,32 @@ mod tests {
         // where longer claimed bodies fit); the budget allows 64 times.
         let spent = start - budget;
         assert!(spent < 32 * (1 << 20), "spent {spent} bytes");
+    }
+
+    #[test]
+    fn failed_decodes_between_good_records_are_charged_too() {
+        // [a header claiming 256 KiB, its CRC wrong][a small good record], repeated over
+        // 1 MiB: each resynchronisation finds the next good record a few bytes on, so only the
+        // scan's own failed decodes add up (about 70,000 × 256 KiB unbounded).
+        let (mut b, _) = file_with_batch();
+        let damaged_at = b.len();
+        let header = long_claiming_header(256 << 10);
+        let mut seq = 100;
+        while b.len() < damaged_at + (1 << 20) {
+            b.extend_from_slice(&header);
+            encode(&mut b, &meta(Kind::Put, seq, 0), b"k", b"v");
+            seq += 1;
+        }
+        // Good records past the region, enough for every header's claimed body to fit.
+        while b.len() < damaged_at + (1 << 20) + (256 << 10) + 4096 {
+            encode(&mut b, &meta(Kind::Put, seq, 0), b"k", b"v");
+            seq += 1;
+        }
+        let d = scan_all(&b, b.len(), |_, _, _| {});
+        let last = d.last().expect("damage");
+        assert_eq!(last.err, DecodeError::Unsearched, "{} ranges", d.len());
+        assert_eq!(last.end, b.len());
+        // About 1,000 charged failures of 256 KiB fit in the 256 MiB floor.
+        assert!(d.len() < 2_000, "{} damaged ranges", d.len());
     }
 }

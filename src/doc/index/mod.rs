@@ -565,22 +565,25 @@ impl IndexSet {
             // settings was a number of seconds) nor by its own `ttl` is the key's current,
             // live version: counted without a lookup (a delete or a newer write would have
             // staged a second version; nothing else removes a key that cannot expire).
-            let defaults_expire = st
-                .history
-                .iter()
-                .any(|c| matches!(c.default, DefaultTtl::Seconds(_)));
+            // A failed write marks the set broken before it settles its version (whose write
+            // may not have been applied): from then on every key is looked up.
+            let lookup_all = self.broken.load(Ordering::Acquire)
+                || st
+                    .history
+                    .iter()
+                    .any(|c| matches!(c.default, DefaultTtl::Seconds(_)));
             // Several ranges may name a key twice; a key with one settled version holds one
             // value, so within one range it comes once (keys with more versions are unsure,
             // deduplicated below). Sorted also when every key is looked up: consecutive
             // lookups in key order share the key directory's nodes.
-            if ranges.len() > 1 || defaults_expire {
+            if ranges.len() > 1 || lookup_all {
                 keys.sort_unstable();
                 keys.dedup();
             }
             for key in keys {
                 match t.by_key.get(key).map(SmallVec::as_slice) {
                     Some([v]) if !v.pending => {
-                        if (!defaults_expire && !v.may_expire) || st.live(key, now).is_some() {
+                        if (!lookup_all && !v.may_expire) || st.live(key, now).is_some() {
                             n += 1;
                         }
                     }
