@@ -103,49 +103,38 @@ pub fn scan_all<'a>(
     let mut members: Vec<(u32, u32, Record<'a>)> = Vec::new();
     let mut budget = resync_budget(bytes.len());
     while pos < bytes.len() {
-        // A unit that fails to decode is charged too: damage crafted as long-claiming headers
-        // each followed by a small good record would otherwise cost (headers × claimed length)
-        // here while every resynchronisation found the next record for almost nothing.
-        let mut hashed = 0;
-        let decoded = unit(bytes, pos, &mut members, Some(&mut hashed));
-        if decoded.is_err() {
-            match budget.checked_sub(hashed) {
-                Some(left) => budget = left,
-                None => {
-                    damage.push(Damage {
-                        offset: pos,
-                        end: bytes.len(),
-                        err: DecodeError::Unsearched,
-                    });
-                    break;
-                }
-            }
-        }
-        match decoded {
+        let err = match unit(bytes, pos, &mut members, None) {
             Ok(next) => {
                 for (off, l, m) in &members {
                     f(*off, *l, m);
                 }
                 pos = next;
+                continue;
             }
-            Err(err) => match resync(bytes, pos + 1, &mut budget) {
-                Some(next) => {
-                    damage.push(Damage {
-                        offset: pos,
-                        end: next,
-                        err,
-                    });
-                    pos = next;
-                }
-                None => {
-                    damage.push(Damage {
-                        offset: pos,
-                        end: bytes.len(),
-                        err: DecodeError::Unsearched,
-                    });
-                    break;
-                }
-            },
+            Err(err) => err,
+        };
+        // The failed unit is charged too: damage crafted as long-claiming headers each
+        // followed by a small good record would otherwise cost (headers × claimed length)
+        // here while every resynchronisation found the next record for almost nothing.
+        let next = charge_failed(bytes, pos, &mut budget)
+            .and_then(|()| resync(bytes, pos + 1, &mut budget));
+        match next {
+            Some(next) => {
+                damage.push(Damage {
+                    offset: pos,
+                    end: next,
+                    err,
+                });
+                pos = next;
+            }
+            None => {
+                damage.push(Damage {
+                    offset: pos,
+                    end: bytes.len(),
+                    err: DecodeError::Unsearched,
+                });
+                break;
+            }
         }
     }
     damage
@@ -179,16 +168,24 @@ pub fn resync(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usize> {
     let mut pos = from;
     while pos + MIN_RECORD_LEN <= bytes.len() {
         if plausible(bytes, pos) {
-            let mut hashed = 0;
-            let decoded = unit(bytes, pos, &mut members, Some(&mut hashed)).is_ok();
-            *budget = budget.checked_sub(hashed)?;
-            if decoded {
+            if unit(bytes, pos, &mut members, None).is_ok() {
                 return Some(pos);
             }
+            charge_failed(bytes, pos, budget)?;
         }
         pos += 1;
     }
     Some(bytes.len())
+}
+
+/// Takes what decoding the failed unit at `pos` hashed out of `budget`; `None` when that is
+/// more than is left. Measured by decoding it again, counting: only damage pays for this,
+/// never a scan of whole records.
+fn charge_failed(bytes: &[u8], pos: usize, budget: &mut usize) -> Option<()> {
+    let mut hashed = 0;
+    let _ = unit(bytes, pos, &mut Vec::new(), Some(&mut hashed));
+    *budget = budget.checked_sub(hashed)?;
+    Some(())
 }
 
 /// A header that passes its own checks ([`record::plausible`]) and is not a batch member.
