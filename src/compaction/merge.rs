@@ -302,14 +302,13 @@ fn decide(
     now: u64,
     outside_min: u64,
 ) -> (Decision, u64) {
-    // The no-resurrection rule (module docs, DESIGN.md section 6).
-    let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
-    let nothing_older_outside = outside_min > rec.meta.seq;
     // A put expired by its own metadata is dead whatever the key directory says (an entry
     // naming it has the same write second and TTL, so the same deadline, and expiry is
-    // final), so when the rule lets it go no lookup is needed: with TTLs spread over a
-    // minute most records of a merge's inputs are such puts.
-    if (unshadowed || nothing_older_outside)
+    // final), so when the no-resurrection rule lets it go without a lookup (no SHADOWS flag,
+    // or nothing older outside the merge) none is made: with TTLs spread over a minute most
+    // records of a merge's inputs are such puts.
+    let droppable_unlooked = rec.meta.flags & FLAG_SHADOWS == 0 || outside_min > rec.meta.seq;
+    if droppable_unlooked
         && rec.meta.kind == Kind::Put
         && ttl::is_expired(
             ttl::expires_at(
@@ -322,11 +321,27 @@ fn decide(
     {
         return (Decision::Drop, ttl::NEVER);
     }
+    decide_by_lookup(st, file, off, rec, now, outside_min)
+}
+
+/// The decision taken from the key directory: copy the live version it names, drop a dead
+/// record that cannot bring an older version back, or replace it with a marker (the
+/// no-resurrection rule, module docs and DESIGN.md section 6).
+fn decide_by_lookup(
+    st: &KeyspaceState,
+    file: u32,
+    off: u32,
+    rec: &Record<'_>,
+    now: u64,
+    outside_min: u64,
+) -> (Decision, u64) {
     let current = st.map.get(rec.key);
     let live = rec.meta.kind == Kind::Put
         && current.is_some_and(|e| e.file == file && e.offset == off && st.is_live(e, now));
+    let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
     let hidden_by_newer =
         current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
+    let nothing_older_outside = outside_min > rec.meta.seq;
     if live {
         (Decision::Copy, current.map_or(ttl::NEVER, |e| st.expires_at(e)))
     } else if unshadowed || hidden_by_newer || nothing_older_outside {
@@ -729,32 +744,6 @@ mod tests {
     use super::*;
     use crate::keydir::{Entry, Key};
     use crate::ttl::{DefaultTtl, TtlChange};
-
-    /// The decision taken from the key directory alone (a lookup first, as `decide` did before
-    /// it learned to drop a put expired by its own metadata without one).
-    fn decide_by_lookup(
-        st: &KeyspaceState,
-        file: u32,
-        off: u32,
-        rec: &Record<'_>,
-        now: u64,
-        outside_min: u64,
-    ) -> (Decision, u64) {
-        let current = st.map.get(rec.key);
-        let live = rec.meta.kind == Kind::Put
-            && current.is_some_and(|e| e.file == file && e.offset == off && st.is_live(e, now));
-        let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
-        let hidden_by_newer =
-            current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
-        let nothing_older_outside = outside_min > rec.meta.seq;
-        if live {
-            (Decision::Copy, current.map_or(ttl::NEVER, |e| st.expires_at(e)))
-        } else if unshadowed || hidden_by_newer || nothing_older_outside {
-            (Decision::Drop, ttl::NEVER)
-        } else {
-            (Decision::Marker, ttl::NEVER)
-        }
-    }
 
     fn code(d: &(Decision, u64)) -> (u8, u64) {
         (
