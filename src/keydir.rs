@@ -104,6 +104,11 @@ pub struct KeyspaceState {
     /// One past the sequence number of the last write applied to this keyspace: a scan that
     /// starts now has seen every record below it (see `scans.rs`).
     pub applied_seq: u64,
+    /// How many times a write or an expiry has left a key out of `map` since open: a delete,
+    /// a put that expired on arrival, an expiry freed by the reaper or by a default-TTL
+    /// change (a keyspace drop empties the map instead). Derived state that must forget keys
+    /// that leave (the document layer's secondary indexes) walks only when this moved.
+    pub departures: u64,
 }
 
 impl KeyspaceState {

@@ -245,6 +245,38 @@ fn expired_items_never_come_through_the_index_and_their_entries_go_when_reaped()
 }
 
 #[test]
+fn writes_alone_make_the_index_forget_reaped_items() {
+    // The sweep that runs as the index grows (not `Database::maintain`'s) must notice keys
+    // the engine's reaper freed: it walks only when keys left the key directory since the
+    // last sweep, so this fails if a reaped key is not counted as gone.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = common::clock();
+    let db = Database::open_with(dir.path(), common::manual(&clock)).expect("open");
+    let c = indexed(&db);
+    let create = |i: usize, pk: &str, ttl: i64| {
+        c.create_item(&json!({"id": format!("{i:05}"), "pk": pk, "n": i, "ttl": ttl}))
+            .expect("create");
+    };
+    // Past the first sweep's threshold with nothing gone: that sweep finds nothing to drop.
+    for i in 0..5000 {
+        create(i, "short", 10);
+    }
+    assert_eq!(c.index_size(), Some((5000, 5000)));
+    clock.advance(Duration::from_secs(10));
+    // The engine's own expiry pass: the document layer is not told.
+    db.store().maintain().expect("reap");
+    assert_eq!(c.index_size(), Some((5000, 5000)));
+    for i in 0..5000 {
+        create(i, "long", -1);
+    }
+    assert_eq!(c.index_size(), Some((5000, 5000)));
+    assert_eq!(
+        count(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.n >= 0"),
+        5000
+    );
+}
+
+#[test]
 fn overwriting_one_item_does_not_grow_the_index() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = open(dir.path(), &common::clock());

@@ -364,6 +364,7 @@ impl Inner {
                     map,
                     history,
                     census,
+                    departures,
                     ..
                 } = st;
                 let slot = map.entry(Key::from_slice(&op.key));
@@ -488,6 +489,9 @@ impl Inner {
                     if old_armed != ttl::NEVER {
                         expiry.get_or_insert_with(|| self.expiry.lock()).stale += 1;
                     }
+                    // A departure also when nothing was there: a put that expired on arrival
+                    // never enters the map, and what tracks keys by their writes must hear so.
+                    *departures += 1;
                     match slot {
                         Entry_::Occupied(o) => Some(o.remove()),
                         Entry_::Vacant(_) => None,
@@ -783,6 +787,7 @@ impl Inner {
             let Some(e) = st.map.remove(key) else {
                 continue;
             };
+            st.departures += 1;
             st.census.remove(&e);
             if e.armed != ttl::NEVER {
                 ex.stale += 1;

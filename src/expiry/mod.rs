@@ -251,6 +251,7 @@ impl Inner {
                     map,
                     history,
                     census,
+                    departures,
                     ..
                 } = &mut *st;
                 for (fired_at, timer) in timers.by_ref().take(REAP_CHUNK) {
@@ -269,6 +270,7 @@ impl Inner {
                     let at = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
                     if at <= now {
                         census.remove(&slot.remove());
+                        *departures += 1;
                         let d = dead.entry(e.file).or_insert((0, 0, ttl::NEVER));
                         d.0 += u64::from(e.len);
                         d.1 += 1;

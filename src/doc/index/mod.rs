@@ -119,9 +119,13 @@ impl Probe {
 struct Version {
     id: u64,
     pending: bool,
-    enc: Box<[u8]>,
+    enc: Encoded,
     may_expire: bool,
 }
+
+/// A version's encoded values, one per path: inline up to 32 bytes (three short scalars),
+/// so staging a version allocates nothing for them.
+type Encoded = SmallVec<[u8; 32]>;
 
 /// Whether the item `doc` (as stored) could expire by its own `ttl`: the same field, read the
 /// same way, that gave its record its own TTL. Absent or `-1` cannot; anything else might.
@@ -136,8 +140,85 @@ fn may_expire(doc: Option<&Value>) -> bool {
 
 /// The item keys holding one value at one path, with their version counts. Unordered: a
 /// query sorts the candidates it collects (several values or ranges need merging anyway), and
-/// an insert is a hash, not a search comparing keys that share long prefixes.
-type Postings = HashMap<ItemKey, u32, KeyHash>;
+/// an insert is a hash, not a search comparing keys that share long prefixes. A value held by
+/// one key (a unique number, an id-like field) keeps it inline: no table to allocate, hash
+/// or free per write.
+#[derive(Debug)]
+enum Postings {
+    One(ItemKey, u32),
+    // Boxed so the common form stays 24 bytes in the tree's nodes (a table inline is 48).
+    #[allow(clippy::box_collection)]
+    Many(Box<HashMap<ItemKey, u32, KeyHash>>),
+}
+
+impl Postings {
+    /// Counts one more version of `key` holding this value.
+    fn add(&mut self, key: &ItemKey, hash: KeyHash) {
+        match self {
+            Postings::One(k, n) if **k == **key => *n += 1,
+            Postings::One(k, n) => {
+                let mut m = HashMap::with_capacity_and_hasher(2, hash);
+                m.insert(Arc::clone(k), *n);
+                m.insert(Arc::clone(key), 1);
+                *self = Postings::Many(Box::new(m));
+            }
+            Postings::Many(m) => match m.get_mut(&**key) {
+                Some(n) => *n += 1,
+                None => {
+                    m.insert(Arc::clone(key), 1);
+                }
+            },
+        }
+    }
+
+    /// Counts one version of `key` fewer; true when no key holds the value any more.
+    fn remove(&mut self, key: &[u8]) -> bool {
+        match self {
+            Postings::One(k, n) => {
+                if **k == *key {
+                    *n -= 1;
+                }
+                *n == 0
+            }
+            Postings::Many(m) => {
+                if let Some(n) = m.get_mut(key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        m.remove(key);
+                    }
+                }
+                m.is_empty()
+            }
+        }
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &ItemKey> {
+        let (one, many) = match self {
+            Postings::One(k, _) => (Some(k), None),
+            Postings::Many(m) => (None, Some(m.keys())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+
+    fn contains_key(&self, key: &[u8]) -> bool {
+        match self {
+            Postings::One(k, _) => **k == *key,
+            Postings::Many(m) => m.contains_key(key),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Postings::One(..) => 1,
+            Postings::Many(m) => m.len(),
+        }
+    }
+}
+
+/// An encoded value as a tree key: inline up to 16 bytes (a number takes 9, a short string
+/// its length plus 3), so the comparisons of a search stay in the tree's nodes instead of
+/// following a pointer per key.
+type ValueKey = SmallVec<[u8; 16]>;
 
 /// An item key, allocated once per tracked key and shared by its postings on every path.
 pub(crate) type ItemKey = Arc<[u8]>;
@@ -149,13 +230,16 @@ pub(crate) type Group = (Box<[u8]>, Vec<ItemKey>);
 struct Tables {
     /// Per path: encoded value → item key → how many versions hold that entry (two levels:
     /// a value's bytes are stored once, and a value is found by one ordered search).
-    trees: Vec<BTreeMap<Box<[u8]>, Postings>>,
+    trees: Vec<BTreeMap<ValueKey, Postings>>,
     /// Item key → the versions with entries (oldest first; usually one).
     by_key: HashMap<ItemKey, SmallVec<[Version; 1]>, KeyHash>,
     /// The next version id (0 is the build's).
     next: u64,
     /// Sweep when `by_key` grows past this.
     sweep_at: usize,
+    /// The key directory's departure count when the last sweep began: with no key gone since,
+    /// a sweep would find nothing and is skipped.
+    swept_departures: u64,
     /// The hash keys of every postings map (drawn once: a new value's map is cheap).
     hash: KeyHash,
 }
@@ -217,42 +301,29 @@ impl IndexSet {
         self.ready.load(Ordering::Acquire) && !self.broken.load(Ordering::Acquire)
     }
 
-    fn encode_doc(&self, doc: Option<&Value>) -> Box<[u8]> {
-        let mut out = Vec::with_capacity(16 * self.paths.len());
+    fn encode_doc(&self, doc: Option<&Value>) -> Encoded {
+        let mut out = Encoded::new();
         for p in &self.paths {
             let found = doc.and_then(|d| at_path(d, p));
             if !found.is_some_and(|v| encode::encode(v, &mut out)) {
                 out.push(encode::ABSENT);
             }
         }
-        out.into_boxed_slice()
+        out
     }
 
     fn add_entries(&self, t: &mut Tables, key: &ItemKey, enc: &[u8]) {
         let hash = t.hash;
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
-                let postings = match tree.get_mut(v) {
-                    Some(p) => p,
-                    None => tree
-                        .entry(v.into())
-                        .or_insert_with(|| HashMap::with_hasher(hash)),
-                };
-                match postings.get_mut(&**key) {
-                    Some(n) => *n += 1,
+                match tree.get_mut(v) {
+                    Some(p) => p.add(key, hash),
                     None => {
-                        postings.insert(Arc::clone(key), 1);
+                        tree.insert(ValueKey::from_slice(v), Postings::One(Arc::clone(key), 1));
                     }
                 }
             }
         }
-    }
-
-    /// The shared allocation of `key` if it is tracked, else a new one.
-    fn item_key(t: &Tables, key: &[u8]) -> ItemKey {
-        t.by_key
-            .get_key_value(key)
-            .map_or_else(|| Arc::from(key), |(k, _)| Arc::clone(k))
     }
 
     fn remove_entries(&self, t: &mut Tables, key: &[u8], enc: &[u8]) {
@@ -261,13 +332,7 @@ impl IndexSet {
                 let Some(postings) = tree.get_mut(v) else {
                     continue;
                 };
-                if let Some(n) = postings.get_mut(key) {
-                    *n -= 1;
-                    if *n == 0 {
-                        postings.remove(key);
-                    }
-                }
-                if postings.is_empty() {
+                if postings.remove(key) {
                     tree.remove(v);
                 }
             }
@@ -285,19 +350,25 @@ impl IndexSet {
         let mut t = self.t.write();
         let id = t.next;
         t.next += 1;
-        let shared = Self::item_key(&t, key);
-        self.add_entries(&mut t, &shared, &enc);
         let v = Version {
             id,
             pending: true,
             enc,
             may_expire: may_expire(doc),
         };
-        match t.by_key.get_mut(key) {
-            Some(list) => list.push(v),
-            None => {
-                t.by_key.insert(shared, smallvec::smallvec![v]);
+        // A tracked key's allocation is shared; a new key is allocated and inserted with one
+        // probe each.
+        let t = &mut *t;
+        if let Some((shared, _)) = t.by_key.get_key_value(key) {
+            let shared = Arc::clone(shared);
+            self.add_entries(t, &shared, &v.enc);
+            if let Some(list) = t.by_key.get_mut(key) {
+                list.push(v);
             }
+        } else {
+            let shared: ItemKey = Arc::from(key);
+            self.add_entries(t, &shared, &v.enc);
+            t.by_key.insert(shared, smallvec::smallvec![v]);
         }
         id
     }
@@ -352,6 +423,15 @@ impl IndexSet {
     /// Drops the settled versions of keys the key directory no longer holds (expired and
     /// reaped, or removed behind the document layer's back).
     fn sweep_locked(&self, t: &mut Tables, ks: &Keyspace) {
+        // Every tracked key was in the key directory when its version settled (or the build
+        // read it); one that is gone left it since, and leaving counts a departure. Read
+        // before the walk, so a key leaving during it is caught by the next sweep.
+        let departures = ks.core().state.read().departures;
+        if departures == t.swept_departures {
+            t.sweep_at = (t.by_key.len() * 2).max(MIN_SWEEP);
+            return;
+        }
+        t.swept_departures = departures;
         // Only the keys that are gone are copied (a reference count each); the key directory
         // is looked up under its read lock 1,024 keys at a time.
         let mut gone: Vec<ItemKey> = Vec::new();
@@ -404,7 +484,7 @@ impl IndexSet {
     /// that write's version is at least as new as what the scan read.
     fn build(&self, ks: &Keyspace) -> Result<()> {
         // (item key, encoded values, may expire)
-        type Built = (Vec<u8>, Box<[u8]>, bool);
+        type Built = (Vec<u8>, Encoded, bool);
         let mut batch: Vec<Built> = Vec::new();
         let flush = |batch: &mut Vec<Built>| {
             let mut t = self.t.write();
@@ -600,7 +680,7 @@ impl IndexSet {
     /// Entries held (all paths) and item keys tracked, for tests and the design note.
     pub(crate) fn size(&self) -> (usize, usize) {
         let t = self.t.read();
-        let entries = t.trees.iter().flat_map(BTreeMap::values).map(HashMap::len).sum();
+        let entries = t.trees.iter().flat_map(BTreeMap::values).map(Postings::len).sum();
         (entries, t.by_key.len())
     }
 }
@@ -670,7 +750,7 @@ impl Walk {
             let mut full = false;
             if !empty_range(&(lo, hi)) {
                 let range = tree.range::<[u8], _>((lo, hi));
-                let groups: Box<dyn Iterator<Item = (&Box<[u8]>, &Postings)>> = if self.desc {
+                let groups: Box<dyn Iterator<Item = (&ValueKey, &Postings)>> = if self.desc {
                     Box::new(range.rev())
                 } else {
                     Box::new(range)
@@ -681,7 +761,7 @@ impl Walk {
                     self.after = Some(value.to_vec());
                     if !keys.is_empty() {
                         taken += keys.len();
-                        out.push((value.clone(), keys));
+                        out.push((value.as_slice().into(), keys));
                     }
                     if taken >= WALK_BATCH {
                         full = true;
@@ -821,5 +901,43 @@ impl Stage<'_> {
             set.broken.store(true, Ordering::Release);
         }
         set.settle(&self.staged, self.ks);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> ItemKey {
+        Arc::from(s.as_bytes())
+    }
+
+    #[test]
+    fn postings_stay_small() {
+        assert_eq!(std::mem::size_of::<Postings>(), 24);
+    }
+
+    #[test]
+    fn postings_count_versions_per_key_across_the_inline_and_table_forms() {
+        let hash = KeyHash::default();
+        let (a, b) = (key("a"), key("b"));
+        let mut p = Postings::One(Arc::clone(&a), 1);
+        p.add(&a, hash);
+        assert!(matches!(p, Postings::One(_, 2)));
+        p.add(&b, hash);
+        assert_eq!(p.len(), 2);
+        let mut keys: Vec<&[u8]> = p.keys().map(|k| &**k).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, [b"a", b"b"]);
+        assert!(p.contains_key(b"b") && !p.contains_key(b"c"));
+        // Removing a key that holds no entry changes nothing.
+        assert!(!p.remove(b"c"));
+        assert!(!p.remove(b"a"));
+        assert!(!p.remove(b"b"));
+        assert_eq!(p.keys().count(), 1);
+        assert!(p.remove(b"a"));
+        let mut one = Postings::One(Arc::clone(&b), 1);
+        assert!(!one.remove(b"a"));
+        assert!(one.remove(b"b"));
     }
 }
