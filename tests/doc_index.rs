@@ -266,13 +266,15 @@ fn writes_alone_make_the_index_forget_reaped_items() {
     // The engine's own expiry pass: the document layer is not told.
     db.store().maintain().expect("reap");
     assert_eq!(c.index_size(), Some((5000, 5000)));
-    for i in 0..5000 {
+    // The next sweep is due by 10,000 tracked keys at the latest (twice the size at the
+    // first threshold, whenever the queue was applied): these take the set past it.
+    for i in 0..10_000 {
         create(i, "long", -1);
     }
-    assert_eq!(c.index_size(), Some((5000, 5000)));
+    assert_eq!(c.index_size(), Some((10_000, 10_000)));
     assert_eq!(
         count(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.n >= 0"),
-        5000
+        10_000
     );
 }
 
@@ -397,6 +399,58 @@ fn readers_see_a_batch_whole_or_not_at_all_through_the_index() {
     }
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("writer");
+}
+
+/// Batches delete one hot item and create another while readers count the hot ones through
+/// the index. The items carry a `ttl`, so the count looks each settled one up in the key
+/// directory: that lookup must agree with the reader's snapshot even though writes stage
+/// their index entries into a queue the indexer applies later (a delete staged after the
+/// reader registered must not be seen by the lookup).
+#[test]
+fn an_indexed_count_that_looks_items_up_sees_delete_and_create_batches_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path(), &common::clock());
+    let c = indexed(&db);
+    let hot =
+        |i: u64| json!({"id": format!("{i}"), "pk": "a", "status": "hot", "n": i, "ttl": 3600});
+    for i in 0..20 {
+        c.create_item(&hot(i)).expect("create");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let c = c.clone();
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            // Items `first..first + 20` are live; each batch retires the oldest and adds one.
+            let mut first = 0u64;
+            while !stop.load(Ordering::Relaxed) || first < 2000 {
+                let mut b = TransactionalBatch::new("a");
+                b.delete_item(&format!("{first}"))
+                    .create_item(&hot(first + 20));
+                assert!(c.execute_batch(&b).expect("batch").is_success());
+                first += 1;
+                if first > 50_000 {
+                    break;
+                }
+            }
+        })
+    };
+    for _ in 0..300 {
+        assert_eq!(
+            count(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.status = 'hot'"),
+            20
+        );
+        assert_eq!(
+            ids(&c, "SELECT VALUE c.id FROM c WHERE c.status = 'hot'").len(),
+            20
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    assert_eq!(
+        count(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.status = 'hot'"),
+        20
+    );
 }
 
 /// An indexed `COUNT(1) WHERE` counts items that cannot expire without reading them; items

@@ -12,31 +12,37 @@
 //! is first opened in the process, kept in step by the document layer's writes.
 //!
 //! Invariants (the consistency argument is DESIGN.md's):
-//! 1. Entries are added *before* a write is applied (in the write's check or plan, under the
-//!    engine's log mutex, so versions get ids in the order the key directory applies them) and
-//!    an older version's entries are removed only *after* a newer write is applied. So at any
-//!    instant the index holds an entry for every version that is, or may yet become, visible.
-//! 2. A query takes its candidates and registers its reader (its scan start and `now`) under
-//!    one hold of the index lock, then reads the candidates through the key directory and runs
-//!    the whole WHERE on what it read. An index entry therefore never decides a row by itself:
-//!    superfluous entries cost a read, never a wrong row.
-//! 3. Memory follows the key directory: a superseded version goes when its successor is
-//!    applied, a version with no indexed value is not kept, and keys the key directory no
-//!    longer holds (expired and reaped) are swept when the index has doubled since the last
-//!    sweep and at [`Database::maintain`](crate::Database::maintain).
-//! 4. A write whose outcome is unknown (an error after its entries were staged) marks the set
+//! 1. A write's version is *queued* before the write is applied (in its check or plan, under
+//!    the engine's log mutex, so versions get ids in the order the key directory applies
+//!    them) and its settle is queued after it returns; the queue is applied in that order, so
+//!    an older version's entries are removed only *after* a newer write is applied. Whoever
+//!    looks at the tables applies the queue first ([`IndexSet::current`]), so to a reader the
+//!    index holds an entry for every version that is, or may yet become, visible.
+//! 2. A query applies the queue, registers its reader (its scan start and `now`) while no
+//!    write can queue, and takes its candidates under the same hold of the index lock; then it
+//!    reads the candidates through the key directory and runs the whole WHERE on what it
+//!    read. An index entry therefore never decides a row by itself: superfluous entries cost a
+//!    read, never a wrong row. An exact count that consults the key directory keeps writes
+//!    from queueing until it has.
+//! 3. Memory follows the key directory: a superseded version goes when its successor's
+//!    settle is applied, a version with no indexed value is not kept, keys the key directory
+//!    no longer holds (expired and reaped) are swept when the index has doubled since the last
+//!    sweep and at [`Database::maintain`](crate::Database::maintain), and the queue is applied
+//!    by the indexer thread once it holds [`WAKE_AT`] changes, by the writer itself past
+//!    [`APPLY_AT`].
+//! 4. A write whose outcome is unknown (an error after its version was queued) marks the set
 //!    broken; queries then scan until it is rebuilt (at the next open of the container).
 
 pub(crate) mod encode;
 mod keyhash;
 pub(crate) mod policy;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use serde_json::Value;
 use smallvec::SmallVec;
 
@@ -233,8 +239,6 @@ struct Tables {
     trees: Vec<BTreeMap<ValueKey, Postings>>,
     /// Item key → the versions with entries (oldest first; usually one).
     by_key: HashMap<ItemKey, SmallVec<[Version; 1]>, KeyHash>,
-    /// The next version id (0 is the build's).
-    next: u64,
     /// Sweep when `by_key` grows past this.
     sweep_at: usize,
     /// The key directory's departure count when the last sweep began: with no key gone since,
@@ -253,7 +257,39 @@ pub(crate) struct IndexSet {
     /// A write's outcome was unknown: rebuild before use.
     broken: AtomicBool,
     t: RwLock<Tables>,
+    /// The container's keyspace (the sweep looks keys up in its key directory).
+    ks: Keyspace,
+    /// The next version id (0 is the build's); taken under the engine's log mutex, so ids
+    /// follow the order in which the key directory applies the writes.
+    next: AtomicU64,
+    /// Staged versions and settles not yet applied to `t`, in the order they happened (a
+    /// version is queued under the log mutex before its write is applied, its settle after).
+    /// Readers apply the queue before they look (see [`IndexSet::current`]); the database's
+    /// indexer thread applies it in the background, and a writer finding it long applies it
+    /// itself.
+    pending: Mutex<VecDeque<Pending>>,
+    /// The indexer has been asked to apply the queue and has not started yet.
+    woken: AtomicBool,
 }
+
+/// A change to the index tables waiting in [`IndexSet::pending`].
+#[derive(Debug)]
+enum Pending {
+    /// A version about to be applied.
+    Stage(ItemKey, Version),
+    /// The write of version `id` of the key returned.
+    Settle(ItemKey, u64),
+}
+
+/// Queue length at which a writer wakes the indexer.
+const WAKE_AT: usize = 512;
+/// Queue length at which a writer applies the queue itself (the indexer is behind).
+const APPLY_AT: usize = 1 << 16;
+/// Queue entries applied per hold of the tables' lock by the indexer.
+const APPLY_CHUNK: usize = 2048;
+/// A reader applies what is left while holding the queue (writers wait to stage) once this
+/// little is left, so it finishes however fast writers queue.
+const FINAL_AT: usize = 256;
 
 const MIN_SWEEP: usize = 4096;
 
@@ -276,7 +312,7 @@ fn split(enc: &[u8], n: usize) -> SmallVec<[&[u8]; 4]> {
 }
 
 impl IndexSet {
-    fn new(paths: Vec<Vec<String>>) -> Self {
+    fn new(paths: Vec<Vec<String>>, ks: Keyspace) -> Self {
         let trees = paths.iter().map(|_| BTreeMap::new()).collect();
         Self {
             paths,
@@ -284,10 +320,13 @@ impl IndexSet {
             broken: AtomicBool::new(false),
             t: RwLock::new(Tables {
                 trees,
-                next: 1,
                 sweep_at: MIN_SWEEP,
                 ..Tables::default()
             }),
+            ks,
+            next: AtomicU64::new(1),
+            pending: Mutex::new(VecDeque::new()),
+            woken: AtomicBool::new(false),
         }
     }
 
@@ -343,86 +382,186 @@ impl IndexSet {
         enc.iter().all(|&b| b == encode::ABSENT)
     }
 
-    /// Stages the version a write is about to apply (`None`: a delete). Called under the
-    /// engine's log mutex, before the write is appended.
-    fn stage(&self, key: &[u8], doc: Option<&Value>) -> u64 {
-        let enc = self.encode_doc(doc);
-        let mut t = self.t.write();
-        let id = t.next;
-        t.next += 1;
+    /// Queues the version a write is about to apply (`None`: a delete). Called under the
+    /// engine's log mutex, before the write is appended. Returns the key's allocation and
+    /// the version's id, for its settle.
+    fn stage(&self, key: &[u8], doc: Option<&Value>) -> (ItemKey, u64) {
         let v = Version {
-            id,
+            id: 0,
             pending: true,
-            enc,
+            enc: self.encode_doc(doc),
             may_expire: may_expire(doc),
         };
-        // A tracked key's allocation is shared; a new key is allocated and inserted with one
-        // probe each.
-        let t = &mut *t;
-        if let Some((shared, _)) = t.by_key.get_key_value(key) {
+        let key: ItemKey = Arc::from(key);
+        let mut q = self.pending.lock();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        q.push_back(Pending::Stage(Arc::clone(&key), Version { id, ..v }));
+        (key, id)
+    }
+
+    /// Applies one queued change.
+    fn apply(&self, t: &mut Tables, op: Pending) {
+        match op {
+            Pending::Stage(key, v) => self.apply_stage(t, &key, v),
+            Pending::Settle(key, id) => self.apply_settle(t, &key, id),
+        }
+    }
+
+    /// Adds a staged version's entries. A tracked key's allocation is shared by all of them.
+    fn apply_stage(&self, t: &mut Tables, key: &ItemKey, v: Version) {
+        if let Some((shared, _)) = t.by_key.get_key_value(&**key) {
             let shared = Arc::clone(shared);
             self.add_entries(t, &shared, &v.enc);
-            if let Some(list) = t.by_key.get_mut(key) {
+            if let Some(list) = t.by_key.get_mut(&**key) {
                 list.push(v);
             }
         } else {
-            let shared: ItemKey = Arc::from(key);
-            self.add_entries(t, &shared, &v.enc);
-            t.by_key.insert(shared, smallvec::smallvec![v]);
+            self.add_entries(t, key, &v.enc);
+            t.by_key.insert(Arc::clone(key), smallvec::smallvec![v]);
         }
-        id
     }
 
-    /// After the writes of `staged` were applied: each key's older versions go, its new
-    /// version is settled (and dropped if it holds no entry, once the set is built).
-    fn settle(&self, staged: &[(Vec<u8>, u64)], ks: &Keyspace) {
-        let mut t = self.t.write();
+    /// After version `id` of `key` was applied: the key's older versions go, this one is
+    /// settled (and dropped if it holds no entry, once the set is built).
+    fn apply_settle(&self, t: &mut Tables, key: &[u8], id: u64) {
         let built = self.ready.load(Ordering::Acquire);
-        let t = &mut *t;
-        for (key, id) in staged {
-            let Some(list) = t.by_key.get_mut(key.as_slice()) else {
-                continue;
-            };
-            // The usual case, in place: the key's one version is this write's.
-            if let [v] = list.as_mut_slice() {
-                if v.id == *id && !(built && Self::all_absent(&v.enc)) {
-                    v.pending = false;
-                    continue;
-                }
-            }
-            let mut old: SmallVec<[Version; 1]> = SmallVec::new();
-            let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
-            for v in list.drain(..) {
-                if v.id < *id {
-                    old.push(v);
-                } else if v.id == *id {
-                    if !(built && Self::all_absent(&v.enc)) {
-                        keep.push(Version {
-                            pending: false,
-                            ..v
-                        });
-                    }
-                } else {
-                    keep.push(v);
-                }
-            }
-            if keep.is_empty() {
-                t.by_key.remove(key.as_slice());
-            } else {
-                *list = keep;
-            }
-            for v in old {
-                self.remove_entries(t, key, &v.enc);
+        let Some(list) = t.by_key.get_mut(key) else {
+            return;
+        };
+        // The usual case, in place: the key's one version is this write's.
+        if let [v] = list.as_mut_slice() {
+            if v.id == id && !(built && Self::all_absent(&v.enc)) {
+                v.pending = false;
+                return;
             }
         }
-        if built && t.by_key.len() > t.sweep_at {
-            self.sweep_locked(t, ks);
+        let mut old: SmallVec<[Version; 1]> = SmallVec::new();
+        let mut keep: SmallVec<[Version; 1]> = SmallVec::new();
+        for v in list.drain(..) {
+            if v.id < id {
+                old.push(v);
+            } else if v.id == id {
+                if !(built && Self::all_absent(&v.enc)) {
+                    keep.push(Version {
+                        pending: false,
+                        ..v
+                    });
+                }
+            } else {
+                keep.push(v);
+            }
+        }
+        if keep.is_empty() {
+            t.by_key.remove(key);
+        } else {
+            *list = keep;
+        }
+        for v in old {
+            self.remove_entries(t, key, &v.enc);
+        }
+    }
+
+    /// Queues the settles of the versions in `staged` (their writes returned). Returns the
+    /// queue's length.
+    fn settle(&self, staged: Vec<(ItemKey, u64)>) -> usize {
+        let mut q = self.pending.lock();
+        q.extend(staged.into_iter().map(|(k, id)| Pending::Settle(k, id)));
+        q.len()
+    }
+
+    /// Applies everything queued so far, a chunk per hold of the tables' lock, then sweeps
+    /// if the set has grown enough (the indexer's work, and a writer's when it is behind).
+    fn catch_up(&self) {
+        self.woken.store(false, Ordering::Release);
+        loop {
+            let mut t = self.t.write();
+            let chunk: Vec<Pending> = {
+                let mut q = self.pending.lock();
+                let n = q.len().min(APPLY_CHUNK);
+                q.drain(..n).collect()
+            };
+            let done = chunk.len() < APPLY_CHUNK;
+            for op in chunk {
+                self.apply(&mut t, op);
+            }
+            self.sweep_if_grown(&mut t);
+            if done {
+                return;
+            }
+            parking_lot::RwLockWriteGuard::unlock_fair(t);
+        }
+    }
+
+    /// Applies everything queued now, in one go (the build's flushes).
+    fn apply_queued(&self, t: &mut Tables) {
+        let all = std::mem::take(&mut *self.pending.lock());
+        for op in all {
+            self.apply(t, op);
+        }
+    }
+
+    /// The tables with every change queued so far applied, and `then` run while nothing can
+    /// be queued (so a reader registered in it sees exactly the writes whose versions the
+    /// tables hold: invariant 2). Writers wait to stage only while the last few queued
+    /// changes are applied.
+    fn current<R>(&self, then: impl FnOnce() -> R) -> (RwLockReadGuard<'_, Tables>, R) {
+        let (t, q, r) = self.current_held(then);
+        drop(q);
+        (t, r)
+    }
+
+    /// As [`IndexSet::current`], with the (empty) queue still held: no write can stage
+    /// until it is let go, so none is in flight for a key whose one version is settled.
+    fn current_held<R>(
+        &self,
+        then: impl FnOnce() -> R,
+    ) -> (
+        RwLockReadGuard<'_, Tables>,
+        MutexGuard<'_, VecDeque<Pending>>,
+        R,
+    ) {
+        // Nothing queued (the indexer kept up): readers share the tables.
+        {
+            let t = self.t.read();
+            let q = self.pending.lock();
+            if q.is_empty() {
+                let r = then();
+                return (t, q, r);
+            }
+        }
+        let mut t = self.t.write();
+        loop {
+            let mut q = self.pending.lock();
+            if q.len() <= FINAL_AT {
+                for op in q.drain(..) {
+                    self.apply(&mut t, op);
+                }
+                self.sweep_if_grown(&mut t);
+                let r = then();
+                return (RwLockWriteGuard::downgrade(t), q, r);
+            }
+            let n = q.len().min(APPLY_CHUNK);
+            let chunk: Vec<Pending> = q.drain(..n).collect();
+            drop(q);
+            for op in chunk {
+                self.apply(&mut t, op);
+            }
+            self.sweep_if_grown(&mut t);
         }
     }
 
     /// Drops the settled versions of keys the key directory no longer holds (expired and
     /// reaped, or removed behind the document layer's back).
-    fn sweep_locked(&self, t: &mut Tables, ks: &Keyspace) {
+    /// Sweeps once the set has doubled since the last sweep (checked wherever queued changes
+    /// are applied, so it does not depend on who applies them).
+    fn sweep_if_grown(&self, t: &mut Tables) {
+        if self.ready.load(Ordering::Acquire) && t.by_key.len() > t.sweep_at {
+            self.sweep_locked(t);
+        }
+    }
+
+    fn sweep_locked(&self, t: &mut Tables) {
+        let ks = &self.ks;
         // Every tracked key was in the key directory when its version settled (or the build
         // read it); one that is gone left it since, and leaving counts a departure. Read
         // before the walk, so a key leaving during it is caught by the next sweep.
@@ -474,9 +613,10 @@ impl IndexSet {
     }
 
     /// Sweeps now (see [`IndexSet::settle`]).
-    fn sweep(&self, ks: &Keyspace) {
+    fn sweep(&self) {
+        drop(self.current(|| ()));
         let mut t = self.t.write();
-        self.sweep_locked(&mut t, ks);
+        self.sweep_locked(&mut t);
     }
 
     /// The build: every live item of the keyspace, read after the set was registered (so
@@ -487,7 +627,9 @@ impl IndexSet {
         type Built = (Vec<u8>, Encoded, bool);
         let mut batch: Vec<Built> = Vec::new();
         let flush = |batch: &mut Vec<Built>| {
+            // Writes staged so far first: a key a write staged is skipped.
             let mut t = self.t.write();
+            self.apply_queued(&mut t);
             for (key, enc, may_expire) in batch.drain(..) {
                 if Self::all_absent(&enc) || t.by_key.contains_key(key.as_slice()) {
                     continue;
@@ -522,6 +664,7 @@ impl IndexSet {
         // Writes during the build kept their entry-less versions (so the build could tell
         // the key was written); they go now.
         let mut t = self.t.write();
+        self.apply_queued(&mut t);
         t.by_key.retain(|_, list| {
             list.retain(|v| v.pending || !Self::all_absent(&v.enc));
             !list.is_empty()
@@ -541,8 +684,7 @@ impl IndexSet {
         keep: impl Fn(&[u8]) -> bool,
     ) -> (Picked, Vec<Vec<u8>>) {
         let ranges = probe.ranges();
-        let t = self.t.read();
-        let picked = ks.picked();
+        let (t, picked) = self.current(|| ks.picked());
         let mut keys = Vec::new();
         if let Some(tree) = t.trees.get(path) {
             for (lo, hi) in &ranges {
@@ -593,15 +735,14 @@ impl IndexSet {
             at: 0,
             after: None,
         };
-        let t = self.t.read();
-        let picked = ks.picked();
+        let (t, picked) = self.current(|| ks.picked());
         let first = walk.collect(&t, keep);
         (picked, walk, first)
     }
 
     /// True if `key` holds an entry for the encoded `value` at `path`.
     pub(crate) fn holds(&self, path: usize, value: &[u8], key: &[u8]) -> bool {
-        let t = self.t.read();
+        let (t, ()) = self.current(|| ());
         t.trees
             .get(path)
             .and_then(|tree| tree.get(value))
@@ -620,8 +761,10 @@ impl IndexSet {
         keep: impl Fn(&[u8]) -> bool,
     ) -> (usize, Picked, Vec<Vec<u8>>) {
         let ranges = probe.ranges();
-        let t = self.t.read();
-        let picked = ks.picked();
+        // The queue stays held until the key directory was consulted: a write staged after
+        // the registration could otherwise be applied in between and change what a settled
+        // version's lookup says about a snapshot that must not see it.
+        let (t, queue, picked) = self.current_held(|| ks.picked());
         let now = picked.now();
         let mut n = 0usize;
         let mut unsure = Vec::new();
@@ -671,6 +814,7 @@ impl IndexSet {
                 }
             }
         }
+        drop(queue);
         drop(t);
         unsure.sort_unstable();
         unsure.dedup();
@@ -679,7 +823,7 @@ impl IndexSet {
 
     /// Entries held (all paths) and item keys tracked, for tests and the design note.
     pub(crate) fn size(&self) -> (usize, usize) {
-        let t = self.t.read();
+        let (t, ()) = self.current(|| ());
         let entries = t.trees.iter().flat_map(BTreeMap::values).map(Postings::len).sum();
         (entries, t.by_key.len())
     }
@@ -711,7 +855,7 @@ const WALK_BATCH: usize = 128;
 impl Walk {
     /// The next groups (see [`IndexSet::ordered`]); empty when the walk is over.
     pub(crate) fn more(&mut self, set: &IndexSet, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Group> {
-        let t = set.t.read();
+        let (t, ()) = set.current(|| ());
         self.collect(&t, keep)
     }
 
@@ -790,17 +934,76 @@ fn empty_range(b: &(Bound<&[u8]>, Bound<&[u8]>)) -> bool {
 }
 
 /// The index sets of a database's containers, by keyspace id.
+type Sets = Mutex<HashMap<u32, Arc<IndexSet>>>;
+
+/// The index sets of a database's containers, and the indexer thread that applies their
+/// queued changes.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    sets: Mutex<HashMap<u32, (Keyspace, Arc<IndexSet>)>>,
+    sets: Arc<Sets>,
     /// Serialises builds (one container's build at a time).
     building: Mutex<()>,
+    /// Started by the first wake; `None` inside once it could not be started.
+    indexer: Mutex<Option<Indexer>>,
+}
+
+/// The thread `ebbdb-indexer`: applies a set's queue when a writer asks (by keyspace id).
+#[derive(Debug)]
+struct Indexer {
+    tx: Option<crossbeam_channel::Sender<u32>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        // Ends and joins the indexer before the sets (and the keyspace handles it may hold
+        // while it works) go, so the store is closed by whoever drops the database.
+        if let Some(mut ix) = self.indexer.lock().take() {
+            drop(ix.tx.take());
+            if let Some(t) = ix.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 impl Registry {
+    /// Asks the indexer to apply the queue of keyspace `ks_id`'s set. False if there is no
+    /// indexer (it could not be started, or it stopped): the caller applies it itself.
+    fn wake(&self, ks_id: u32) -> bool {
+        let mut ix = self.indexer.lock();
+        if ix.is_none() {
+            let (tx, rx) = crossbeam_channel::unbounded::<u32>();
+            let sets = Arc::clone(&self.sets);
+            let spawned = std::thread::Builder::new()
+                .name("ebbdb-indexer".into())
+                .spawn(move || {
+                    while let Ok(id) = rx.recv() {
+                        let found = sets.lock().get(&id).cloned();
+                        if let Some(set) = found {
+                            set.catch_up();
+                        }
+                    }
+                });
+            *ix = Some(match spawned {
+                Ok(t) => Indexer {
+                    tx: Some(tx),
+                    thread: Some(t),
+                },
+                Err(_) => Indexer {
+                    tx: None,
+                    thread: None,
+                },
+            });
+        }
+        ix.as_ref()
+            .and_then(|i| i.tx.as_ref())
+            .is_some_and(|tx| tx.send(ks_id).is_ok())
+    }
+
     /// The container's index set, if it has one.
     pub(crate) fn get(&self, ks: &Keyspace) -> Option<Arc<IndexSet>> {
-        self.sets.lock().get(&ks.core().id).map(|(_, s)| Arc::clone(s))
+        self.sets.lock().get(&ks.core().id).map(Arc::clone)
     }
 
     /// Makes the container's index set index exactly `paths`, building it if it is new,
@@ -825,9 +1028,9 @@ impl Registry {
             self.sets.lock().remove(&id);
             return Ok(());
         }
-        let set = Arc::new(IndexSet::new(paths));
+        let set = Arc::new(IndexSet::new(paths, ks.clone()));
         let registered = ks.write_planned(|_| {
-            self.sets.lock().insert(id, (ks.clone(), Arc::clone(&set)));
+            self.sets.lock().insert(id, Arc::clone(&set));
             Ok(Vec::new())
         });
         if registered.is_err() {
@@ -849,9 +1052,9 @@ impl Registry {
 
     /// Sweeps every set (after expiry ran).
     pub(crate) fn sweep_all(&self) {
-        let sets: Vec<(Keyspace, Arc<IndexSet>)> = self.sets.lock().values().cloned().collect();
-        for (ks, set) in sets {
-            set.sweep(&ks);
+        let sets: Vec<Arc<IndexSet>> = self.sets.lock().values().cloned().collect();
+        for set in sets {
+            set.sweep();
         }
     }
 
@@ -872,7 +1075,7 @@ pub(crate) struct Stage<'r> {
     registry: &'r Registry,
     ks: &'r Keyspace,
     set: Option<Arc<IndexSet>>,
-    staged: Vec<(Vec<u8>, u64)>,
+    staged: Vec<(ItemKey, u64)>,
 }
 
 impl Stage<'_> {
@@ -885,8 +1088,7 @@ impl Stage<'_> {
             }
         }
         if let Some(set) = &self.set {
-            let id = set.stage(key, doc);
-            self.staged.push((key.to_vec(), id));
+            self.staged.push(set.stage(key, doc));
         }
     }
 
@@ -900,7 +1102,16 @@ impl Stage<'_> {
         if result.is_err() {
             set.broken.store(true, Ordering::Release);
         }
-        set.settle(&self.staged, self.ks);
+        let queued = set.settle(self.staged);
+        // The indexer applies the queue off the writer's path; a writer applies it itself
+        // when the indexer is missing or far behind, so the queue stays bounded.
+        if queued >= APPLY_AT
+            || (queued >= WAKE_AT
+                && !set.woken.swap(true, Ordering::AcqRel)
+                && !self.registry.wake(self.ks.core().id))
+        {
+            set.catch_up();
+        }
     }
 }
 
