@@ -5,8 +5,10 @@
 //!    number) and `outside_min` (the smallest `created_seq` of every segment that stays).
 //! 2. Walk the chosen segments. A put the key directory points at and that is live is copied;
 //!    any other record is dead and is dropped, or replaced by a marker when dropping it could
-//!    let an older version of its key come back (the no-resurrection rule, below). Outputs are
-//!    new segment files with `created_seq = snapshot_seq`, each with a hint file, all fsynced.
+//!    let an older version of its key come back (the no-resurrection rule, below). Copies are
+//!    written once every record is decided, by deadline, lasting ones last in key order
+//!    (DESIGN.md §7, "Output order"). Outputs are new segment files with
+//!    `created_seq = snapshot_seq`, each with a hint file, all fsynced.
 //!    A crash here leaves files the manifest does not list: deleted on open.
 //! 3. Make the log durable up to every write appended so far (the drops in step 2 may rely on
 //!    any of them), then publish: write the manifest that swaps inputs for outputs (atomic
@@ -210,6 +212,29 @@ const DECIDE_PER_LOCK: usize = 512;
 /// of seconds while dead bytes kept piling up in the segments it had not reached.
 const MERGE_INPUT_SEGMENTS: u64 = 4;
 
+/// A record decided to be copied, not written yet: copies are written once every input is
+/// decided, in output order ([`order_copies`]). `input` indexes the merge's inputs, `at` the
+/// copy's [`Move`].
+struct Copy {
+    input: usize,
+    off: u32,
+    len: u32,
+    meta: Meta,
+    deadline: u64,
+    at: usize,
+}
+
+/// The order copies are written in: by deadline (records that expire together share output
+/// files, which then die whole and are dropped unread, DESIGN.md §7), records that never
+/// expire last and in key order (a compacted store scans them sequentially), ties by keyspace
+/// and key.
+fn order_copies(copies: &mut [Copy], moves: &[Move]) {
+    copies.sort_unstable_by(|a, b| {
+        let (ma, mb) = (&moves[a.at], &moves[b.at]);
+        (a.deadline, ma.ks, &*ma.key).cmp(&(b.deadline, mb.ks, &*mb.key))
+    });
+}
+
 /// The copy step's state: what is decided from the key directory and where kept records go.
 struct Copying<'a, 'r> {
     inner: &'a Inner,
@@ -217,14 +242,21 @@ struct Copying<'a, 'r> {
     outside_min: u64,
     outputs: Outputs<'a>,
     moves: Vec<Move>,
+    copies: Vec<Copy>,
     keyspaces: HashMap<u32, Option<Arc<KeyspaceCore>>>,
     report: &'r mut CompactionReport,
 }
 
 impl Copying<'_, '_> {
-    /// Decides every record of `pending` (read from `seg`), one read lock per keyspace, then
-    /// copies the live ones and writes the markers in file order; empties `pending`.
-    fn settle(&mut self, seg: &Segment, pending: &mut Vec<(u32, u32, Record<'_>)>) -> Result<()> {
+    /// Decides every record of `pending` (read from `seg`, the merge's input number `input`),
+    /// one read lock per keyspace, then writes the markers and notes the copies (written by
+    /// [`Copying::write_copies`]); empties `pending`.
+    fn settle(
+        &mut self,
+        input: usize,
+        seg: &Segment,
+        pending: &mut Vec<(u32, u32, Record<'_>)>,
+    ) -> Result<()> {
         // Per record: the decision and, when copied, the deadline (`None`: a dropped
         // keyspace's record, dead and needing no marker).
         let mut decided: Vec<Option<(Decision, u64)>> = vec![None; pending.len()];
@@ -254,22 +286,23 @@ impl Copying<'_, '_> {
             let Some((decision, deadline)) = d else {
                 continue;
             };
-            // The scan found the record in this mapping, so it is there; never copy an empty
-            // stand-in if that ever failed.
-            let raw = seg.read(off, len).ok_or_else(|| {
-                Error::corruption(seg.path(), u64::from(off), "record past the segment's end")
-            })?;
             match decision {
                 Decision::Drop => {}
                 Decision::Copy => {
-                    let to = self.outputs.place(&rec.meta, rec.key, raw, deadline)?;
-                    self.report.records_copied += 1;
+                    self.copies.push(Copy {
+                        input,
+                        off,
+                        len,
+                        meta: rec.meta,
+                        deadline,
+                        at: self.moves.len(),
+                    });
                     self.moves.push(Move {
                         ks: rec.meta.keyspace,
                         key: rec.key.into(),
                         seq: rec.meta.seq,
                         from: (seg.id, off),
-                        to,
+                        to: (0, 0),
                         len,
                     });
                 }
@@ -289,6 +322,33 @@ impl Copying<'_, '_> {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Writes the noted copies in output order and fills in their moves' destinations; the
+    /// moves come back in the same order (key order within a deadline: the key-directory
+    /// moves then descend to neighbouring keys).
+    fn write_copies(&mut self, inputs: &[Arc<Segment>]) -> Result<()> {
+        let mut copies = std::mem::take(&mut self.copies);
+        order_copies(&mut copies, &self.moves);
+        let mut moves: Vec<Option<Move>> =
+            std::mem::take(&mut self.moves).into_iter().map(Some).collect();
+        let mut ordered = Vec::with_capacity(moves.len());
+        for c in copies {
+            let seg = &inputs[c.input];
+            // The scan found the record in this mapping, so it is there; never copy an empty
+            // stand-in if that ever failed.
+            let raw = seg.read(c.off, c.len).ok_or_else(|| {
+                Error::corruption(seg.path(), u64::from(c.off), "record past the segment's end")
+            })?;
+            let Some(mut m) = moves[c.at].take() else {
+                continue;
+            };
+            m.to = self.outputs.place(&c.meta, &m.key, raw, c.deadline)?;
+            self.report.records_copied += 1;
+            ordered.push(m);
+        }
+        self.moves = ordered;
         Ok(())
     }
 }
@@ -407,10 +467,11 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         outside_min,
         outputs,
         moves: Vec::new(),
+        copies: Vec::new(),
         keyspaces: HashMap::new(),
         report: &mut report,
     };
-    for seg in &inputs {
+    for (input, seg) in inputs.iter().enumerate() {
         let mut failure: Option<Error> = None;
         let mut pending: Vec<(u32, u32, Record<'_>)> = Vec::with_capacity(DECIDE_PER_LOCK);
         let end = scan(seg.bytes(), |off, len, rec| {
@@ -419,13 +480,13 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             }
             pending.push((off, len, *rec));
             if pending.len() == DECIDE_PER_LOCK {
-                if let Err(e) = copying.settle(seg, &mut pending) {
+                if let Err(e) = copying.settle(input, seg, &mut pending) {
                     failure = Some(e);
                 }
             }
         });
         if failure.is_none() {
-            if let Err(e) = copying.settle(seg, &mut pending) {
+            if let Err(e) = copying.settle(input, seg, &mut pending) {
                 failure = Some(e);
             }
         }
@@ -440,6 +501,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             ));
         }
     }
+    copying.write_copies(&inputs)?;
     let Copying {
         outputs,
         moves,
