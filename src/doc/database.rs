@@ -389,6 +389,14 @@ impl Database {
         &self.indexes
     }
 
+    /// Test hook: while paused, writers do not wake the indexer thread, so queued index
+    /// changes wait for a reader (or for a writer past the queue's bound) to apply them.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn pause_indexer(&self, paused: bool) {
+        self.indexes.paused.store(paused, std::sync::atomic::Ordering::Release);
+    }
+
     pub(crate) fn max_item_size(&self) -> usize {
         self.max_item_size
     }

@@ -484,7 +484,7 @@ impl IndexSet {
             for op in chunk {
                 self.apply(&mut t, op);
             }
-            self.sweep_if_grown(&mut t);
+            self.sweep_if_grown(&mut t, None);
             if done {
                 return;
             }
@@ -536,7 +536,7 @@ impl IndexSet {
                 for op in q.drain(..) {
                     self.apply(&mut t, op);
                 }
-                self.sweep_if_grown(&mut t);
+                self.sweep_if_grown(&mut t, Some(&q));
                 let r = then();
                 return (RwLockWriteGuard::downgrade(t), q, r);
             }
@@ -546,21 +546,28 @@ impl IndexSet {
             for op in chunk {
                 self.apply(&mut t, op);
             }
-            self.sweep_if_grown(&mut t);
+            self.sweep_if_grown(&mut t, None);
+        }
+    }
+
+    /// Sweeps once the set has doubled since the last sweep (checked wherever queued changes
+    /// are applied, so it does not depend on who applies them). `held`: the queue, if the
+    /// caller holds it (see [`IndexSet::sweep_locked`]).
+    fn sweep_if_grown(&self, t: &mut Tables, held: Option<&VecDeque<Pending>>) {
+        if self.ready.load(Ordering::Acquire) && t.by_key.len() > t.sweep_at {
+            self.sweep_locked(t, held);
         }
     }
 
     /// Drops the settled versions of keys the key directory no longer holds (expired and
-    /// reaped, or removed behind the document layer's back).
-    /// Sweeps once the set has doubled since the last sweep (checked wherever queued changes
-    /// are applied, so it does not depend on who applies them).
-    fn sweep_if_grown(&self, t: &mut Tables) {
-        if self.ready.load(Ordering::Acquire) && t.by_key.len() > t.sweep_at {
-            self.sweep_locked(t);
+    /// reaped, or removed behind the document layer's back). The caller holds the tables, and
+    /// the queue when it passes it as `held` (else it is taken here, briefly).
+    fn sweep_locked(&self, t: &mut Tables, held: Option<&VecDeque<Pending>>) {
+        // During the build an entry-less settled version is the build's only sign that a
+        // write came after its scan read the key: a sweep must not take it away.
+        if !self.ready.load(Ordering::Acquire) {
+            return;
         }
-    }
-
-    fn sweep_locked(&self, t: &mut Tables) {
         let ks = &self.ks;
         // Every tracked key was in the key directory when its version settled (or the build
         // read it); one that is gone left it since, and leaving counts a departure. Read
@@ -570,7 +577,15 @@ impl IndexSet {
             t.sweep_at = (t.by_key.len() * 2).max(MIN_SWEEP);
             return;
         }
-        t.swept_departures = departures;
+        // The departures counted so far are dealt with only if none of their writes is still
+        // queued (its versions arrive later) and no gone key keeps a pending version (settled
+        // later): otherwise the next sweep must look again, however few keys leave meanwhile.
+        // Looked at after reading the count: a write stages before it is applied, so one whose
+        // departure was counted has its versions queued by then.
+        let mut settled_all = match held {
+            Some(q) => q.is_empty(),
+            None => self.pending.lock().is_empty(),
+        };
         // Only the keys that are gone are copied (a reference count each); the key directory
         // is looked up under its read lock 1,024 keys at a time.
         let mut gone: Vec<ItemKey> = Vec::new();
@@ -606,8 +621,12 @@ impl IndexSet {
                 }
             }
             if !keep.is_empty() {
+                settled_all = false;
                 t.by_key.insert(k, keep);
             }
+        }
+        if settled_all {
+            t.swept_departures = departures;
         }
         t.sweep_at = (t.by_key.len() * 2).max(MIN_SWEEP);
     }
@@ -616,7 +635,7 @@ impl IndexSet {
     fn sweep(&self) {
         drop(self.current(|| ()));
         let mut t = self.t.write();
-        self.sweep_locked(&mut t);
+        self.sweep_locked(&mut t, None);
     }
 
     /// The build: every live item of the keyspace, read after the set was registered (so
@@ -945,6 +964,8 @@ pub(crate) struct Registry {
     building: Mutex<()>,
     /// Started by the first wake; `None` inside once it could not be started.
     indexer: Mutex<Option<Indexer>>,
+    /// Test hook (`Database::pause_indexer`): writers do not wake the indexer.
+    pub(crate) paused: AtomicBool,
 }
 
 /// The thread `ebbdb-indexer`: applies a set's queue when a writer asks (by keyspace id).
@@ -1107,6 +1128,7 @@ impl Stage<'_> {
         // when the indexer is missing or far behind, so the queue stays bounded.
         if queued >= APPLY_AT
             || (queued >= WAKE_AT
+                && !self.registry.paused.load(Ordering::Acquire)
                 && !set.woken.swap(true, Ordering::AcqRel)
                 && !self.registry.wake(self.ks.core().id))
         {

@@ -41,14 +41,19 @@ impl Keyspace {
         let now = at_ms / 1000;
         let mut live = Vec::new();
         let check = |_: &Current<'_>| {
-            // Under the log mutex (lock order: log, then a keyspace's state).
-            let st = self.core().state.read();
-            live.extend(
-                ops.iter()
-                    .enumerate()
-                    .filter(|(_, op)| st.live(&op.key, now).is_some())
-                    .map(|(i, _)| i),
-            );
+            // Under the log mutex (lock order: log, then a keyspace's state). The state's lock
+            // is let go before `on_free`: the document layer's staging takes its index queue,
+            // which a reader holds while it waits for this lock, and a waiting reaper (a
+            // writer of the lock) makes new readers wait; holding both deadlocked.
+            {
+                let st = self.core().state.read();
+                live.extend(
+                    ops.iter()
+                        .enumerate()
+                        .filter(|(_, op)| st.live(&op.key, now).is_some())
+                        .map(|(i, _)| i),
+                );
+            }
             if live.is_empty() {
                 on_free();
                 Ok(())
