@@ -241,8 +241,8 @@ struct Tables {
     by_key: HashMap<ItemKey, SmallVec<[Version; 1]>, KeyHash>,
     /// Sweep when `by_key` grows past this.
     sweep_at: usize,
-    /// The key directory's departure count when the last sweep began: with no key gone since,
-    /// a sweep would find nothing and is skipped.
+    /// The key directory's departure count the last complete sweep dealt with (read when it
+    /// began): with no key gone since, a sweep would find nothing and is skipped.
     swept_departures: u64,
     /// The hash keys of every postings map (drawn once: a new value's map is cheap).
     hash: KeyHash,
