@@ -213,25 +213,22 @@ const DECIDE_PER_LOCK: usize = 512;
 const MERGE_INPUT_SEGMENTS: u64 = 4;
 
 /// A record decided to be copied, not written yet: copies are written once every input is
-/// decided, in output order ([`order_copies`]). `input` indexes the merge's inputs, `at` the
-/// copy's [`Move`].
+/// decided, in output order ([`order_copies`]). `input` indexes the merge's inputs; the move's
+/// `from` and `len` say where the record is, its `to` is filled in when it is written.
 struct Copy {
     input: usize,
-    off: u32,
-    len: u32,
     meta: Meta,
     deadline: u64,
-    at: usize,
+    mv: Move,
 }
 
 /// The order copies are written in: by deadline (records that expire together share output
 /// files, which then die whole and are dropped unread, DESIGN.md §7), records that never
 /// expire last and in key order (a compacted store scans them sequentially), ties by keyspace
 /// and key.
-fn order_copies(copies: &mut [Copy], moves: &[Move]) {
+fn order_copies(copies: &mut [Copy]) {
     copies.sort_unstable_by(|a, b| {
-        let (ma, mb) = (&moves[a.at], &moves[b.at]);
-        (a.deadline, ma.ks, &*ma.key).cmp(&(b.deadline, mb.ks, &*mb.key))
+        (a.deadline, a.mv.ks, &*a.mv.key).cmp(&(b.deadline, b.mv.ks, &*b.mv.key))
     });
 }
 
@@ -241,7 +238,6 @@ struct Copying<'a, 'r> {
     now: u64,
     outside_min: u64,
     outputs: Outputs<'a>,
-    moves: Vec<Move>,
     copies: Vec<Copy>,
     keyspaces: HashMap<u32, Option<Arc<KeyspaceCore>>>,
     report: &'r mut CompactionReport,
@@ -288,24 +284,19 @@ impl Copying<'_, '_> {
             };
             match decision {
                 Decision::Drop => {}
-                Decision::Copy => {
-                    self.copies.push(Copy {
-                        input,
-                        off,
-                        len,
-                        meta: rec.meta,
-                        deadline,
-                        at: self.moves.len(),
-                    });
-                    self.moves.push(Move {
+                Decision::Copy => self.copies.push(Copy {
+                    input,
+                    meta: rec.meta,
+                    deadline,
+                    mv: Move {
                         ks: rec.meta.keyspace,
                         key: rec.key.into(),
                         seq: rec.meta.seq,
                         from: (seg.id, off),
                         to: (0, 0),
                         len,
-                    });
-                }
+                    },
+                }),
                 Decision::Marker => {
                     let meta = Meta {
                         kind: Kind::Tombstone,
@@ -325,31 +316,32 @@ impl Copying<'_, '_> {
         Ok(())
     }
 
-    /// Writes the noted copies in output order and fills in their moves' destinations; the
-    /// moves come back in the same order (key order within a deadline: the key-directory
-    /// moves then descend to neighbouring keys).
-    fn write_copies(&mut self, inputs: &[Arc<Segment>]) -> Result<()> {
+    /// Writes the noted copies in output order and returns their moves, destinations filled
+    /// in, in that order (key order within a deadline: the key-directory moves then descend
+    /// to neighbouring keys).
+    fn write_copies(&mut self, inputs: &[Arc<Segment>]) -> Result<Vec<Move>> {
         let mut copies = std::mem::take(&mut self.copies);
-        order_copies(&mut copies, &self.moves);
-        let mut moves: Vec<Option<Move>> =
-            std::mem::take(&mut self.moves).into_iter().map(Some).collect();
-        let mut ordered = Vec::with_capacity(moves.len());
-        for c in copies {
-            let seg = &inputs[c.input];
+        order_copies(&mut copies);
+        let mut moves = Vec::with_capacity(copies.len());
+        for Copy {
+            input,
+            meta,
+            deadline,
+            mut mv,
+        } in copies
+        {
+            let seg = &inputs[input];
+            let off = mv.from.1;
             // The scan found the record in this mapping, so it is there; never copy an empty
             // stand-in if that ever failed.
-            let raw = seg.read(c.off, c.len).ok_or_else(|| {
-                Error::corruption(seg.path(), u64::from(c.off), "record past the segment's end")
+            let raw = seg.read(off, mv.len).ok_or_else(|| {
+                Error::corruption(seg.path(), u64::from(off), "record past the segment's end")
             })?;
-            let Some(mut m) = moves[c.at].take() else {
-                continue;
-            };
-            m.to = self.outputs.place(&c.meta, &m.key, raw, c.deadline)?;
+            mv.to = self.outputs.place(&meta, &mv.key, raw, deadline)?;
             self.report.records_copied += 1;
-            ordered.push(m);
+            moves.push(mv);
         }
-        self.moves = ordered;
-        Ok(())
+        Ok(moves)
     }
 }
 
@@ -466,7 +458,6 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         now,
         outside_min,
         outputs,
-        moves: Vec::new(),
         copies: Vec::new(),
         keyspaces: HashMap::new(),
         report: &mut report,
@@ -501,12 +492,9 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
             ));
         }
     }
-    copying.write_copies(&inputs)?;
+    let moves = copying.write_copies(&inputs)?;
     let Copying {
-        outputs,
-        moves,
-        keyspaces,
-        ..
+        outputs, keyspaces, ..
     } = copying;
     let written = outputs.finish()?;
     report.segments_written = written.len();

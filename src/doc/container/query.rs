@@ -147,7 +147,7 @@ impl Container {
                     from: from.as_deref(),
                     order,
                 };
-                run_indexed(self, prepared, &at, page)
+                run_indexed(prepared, &at, page)
             }
             Plan::Partition(pk) => {
                 let prefix = partition::encode_prefix(&pk);
@@ -207,7 +207,6 @@ struct IndexedAt<'p> {
 /// each. An exact `COUNT` reads only the items whose index entry might be stale; an `ORDER
 /// BY` on the probed path walks the index in order and stops when the page is full.
 fn run_indexed(
-    c: &Container,
     q: Prepared<'_>,
     at: &IndexedAt<'_>,
     page: &PageSpec,
@@ -218,7 +217,7 @@ fn run_indexed(
         prefix.as_ref().is_none_or(|p| k.starts_with(p)) && from.is_none_or(|f| k >= f)
     };
     if chosen.exact && q.is_filtered_count() && page.after.is_none() {
-        let (n, mut picked, unsure) = set.count(&c.ks, chosen.path, &chosen.probe, keep);
+        let (n, mut picked, unsure) = set.count(chosen.path, &chosen.probe, keep);
         picked.set_keys(unsure);
         let (rest, _) = q.run(picked, page)?;
         let more = rest
@@ -230,10 +229,10 @@ fn run_indexed(
         return Ok((vec![Out::Value(Value::from(total))], None));
     }
     if let Some((path, desc)) = &at.order {
-        let start = set.ordered(&c.ks, chosen.path, &chosen.probe, *desc, &keep);
+        let start = set.ordered(chosen.path, &chosen.probe, *desc, &keep);
         return q.run_presorted(Ordered::new(set, start, &keep, path.clone()), page);
     }
-    let (mut picked, keys) = set.candidates(&c.ks, chosen.path, &chosen.probe, keep);
+    let (mut picked, keys) = set.candidates(chosen.path, &chosen.probe, keep);
     picked.set_keys(keys);
     q.run(picked, page)
 }

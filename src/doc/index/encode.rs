@@ -38,59 +38,36 @@ pub(crate) fn tag(v: &Value) -> Option<u8> {
     }
 }
 
-/// Where encodings are appended: a `Vec`, or a `SmallVec` that keeps short ones inline.
-pub(crate) trait Sink {
-    fn put(&mut self, b: u8);
-    fn put_all(&mut self, b: &[u8]);
-}
-
-impl Sink for Vec<u8> {
-    fn put(&mut self, b: u8) {
-        self.push(b);
-    }
-    fn put_all(&mut self, b: &[u8]) {
-        self.extend_from_slice(b);
-    }
-}
-
-impl<const N: usize> Sink for smallvec::SmallVec<[u8; N]> {
-    fn put(&mut self, b: u8) {
-        self.push(b);
-    }
-    fn put_all(&mut self, b: &[u8]) {
-        self.extend_from_slice(b);
-    }
-}
-
-/// Appends the encoding of `v` to `out`; false (nothing appended) for arrays and objects.
-pub(crate) fn encode(v: &Value, out: &mut impl Sink) -> bool {
+/// Appends the encoding of `v` to `out` (a `Vec`, or a `SmallVec` that keeps short ones
+/// inline); false (nothing appended) for arrays and objects.
+pub(crate) fn encode(v: &Value, out: &mut impl Extend<u8>) -> bool {
     let Some(t) = tag(v) else {
         return false;
     };
-    out.put(t);
+    out.extend([t]);
     match v {
         Value::Number(n) => {
             let f = n.as_f64().unwrap_or(0.0) + 0.0; // -0.0 + 0.0 is 0.0
             let bits = f.to_bits();
             let key = if bits >> 63 == 1 { !bits } else { bits ^ (1 << 63) };
-            out.put_all(&key.to_be_bytes());
+            out.extend(key.to_be_bytes());
         }
         Value::String(s) => encode_str_body(s, out),
         _ => {}
     }
     if let Value::String(_) = v {
-        out.put_all(&[0, 0]);
+        out.extend([0, 0]);
     }
     true
 }
 
 /// A string's bytes with `00` escaped as `00 FF`, without the terminator: the encoding of
 /// every string that starts with `s` starts with `05` and this.
-pub(crate) fn encode_str_body(s: &str, out: &mut impl Sink) {
-    for &b in s.as_bytes() {
-        out.put(b);
-        if b == 0 {
-            out.put(0xFF);
+pub(crate) fn encode_str_body(s: &str, out: &mut impl Extend<u8>) {
+    for part in s.as_bytes().split_inclusive(|&b| b == 0) {
+        out.extend(part.iter().copied());
+        if part.ends_with(&[0]) {
+            out.extend([0xFF]);
         }
     }
 }

@@ -399,11 +399,13 @@ impl IndexSet {
         (key, id)
     }
 
-    /// Applies one queued change.
-    fn apply(&self, t: &mut Tables, op: Pending) {
-        match op {
-            Pending::Stage(key, v) => self.apply_stage(t, &key, v),
-            Pending::Settle(key, id) => self.apply_settle(t, &key, id),
+    /// Applies queued changes, in order.
+    fn apply(&self, t: &mut Tables, ops: impl IntoIterator<Item = Pending>) {
+        for op in ops {
+            match op {
+                Pending::Stage(key, v) => self.apply_stage(t, &key, v),
+                Pending::Settle(key, id) => self.apply_settle(t, &key, id),
+            }
         }
     }
 
@@ -481,9 +483,7 @@ impl IndexSet {
                 q.drain(..n).collect()
             };
             let done = chunk.len() < APPLY_CHUNK;
-            for op in chunk {
-                self.apply(&mut t, op);
-            }
+            self.apply(&mut t, chunk);
             self.sweep_if_grown(&mut t, None);
             if done {
                 return;
@@ -495,9 +495,7 @@ impl IndexSet {
     /// Applies everything queued now, in one go (the build's flushes).
     fn apply_queued(&self, t: &mut Tables) {
         let all = std::mem::take(&mut *self.pending.lock());
-        for op in all {
-            self.apply(t, op);
-        }
+        self.apply(t, all);
     }
 
     /// The tables with every change queued so far applied, and `then` run while nothing can
@@ -533,9 +531,7 @@ impl IndexSet {
         loop {
             let mut q = self.pending.lock();
             if q.len() <= FINAL_AT {
-                for op in q.drain(..) {
-                    self.apply(&mut t, op);
-                }
+                self.apply(&mut t, q.drain(..));
                 self.sweep_if_grown(&mut t, Some(&q));
                 let r = then();
                 return (RwLockWriteGuard::downgrade(t), q, r);
@@ -543,9 +539,7 @@ impl IndexSet {
             let n = q.len().min(APPLY_CHUNK);
             let chunk: Vec<Pending> = q.drain(..n).collect();
             drop(q);
-            for op in chunk {
-                self.apply(&mut t, op);
-            }
+            self.apply(&mut t, chunk);
             self.sweep_if_grown(&mut t, None);
         }
     }
@@ -641,7 +635,8 @@ impl IndexSet {
     /// The build: every live item of the keyspace, read after the set was registered (so
     /// every later write stages its own version). A key some write already staged is skipped:
     /// that write's version is at least as new as what the scan read.
-    fn build(&self, ks: &Keyspace) -> Result<()> {
+    fn build(&self) -> Result<()> {
+        let ks = &self.ks;
         // (item key, encoded values, may expire)
         type Built = (Vec<u8>, Encoded, bool);
         let mut batch: Vec<Built> = Vec::new();
@@ -697,13 +692,12 @@ impl IndexSet {
     /// and a reader registered under the same hold of the lock (invariant 2).
     pub(crate) fn candidates(
         &self,
-        ks: &Keyspace,
         path: usize,
         probe: &Probe,
         keep: impl Fn(&[u8]) -> bool,
     ) -> (Picked, Vec<Vec<u8>>) {
         let ranges = probe.ranges();
-        let (t, picked) = self.current(|| ks.picked());
+        let (t, picked) = self.current(|| self.ks.picked());
         let mut keys = Vec::new();
         if let Some(tree) = t.trees.get(path) {
             for (lo, hi) in &ranges {
@@ -730,7 +724,6 @@ impl IndexSet {
     /// and those groups. [`Walk::more`] takes the next ones, a hold of the lock each.
     pub(crate) fn ordered(
         &self,
-        ks: &Keyspace,
         path: usize,
         probe: &Probe,
         desc: bool,
@@ -754,7 +747,7 @@ impl IndexSet {
             at: 0,
             after: None,
         };
-        let (t, picked) = self.current(|| ks.picked());
+        let (t, picked) = self.current(|| self.ks.picked());
         let first = walk.collect(&t, keep);
         (picked, walk, first)
     }
@@ -774,7 +767,6 @@ impl IndexSet {
     /// filtered by the caller.
     pub(crate) fn count(
         &self,
-        ks: &Keyspace,
         path: usize,
         probe: &Probe,
         keep: impl Fn(&[u8]) -> bool,
@@ -783,7 +775,7 @@ impl IndexSet {
         // The queue stays held until the key directory was consulted: a write staged after
         // the registration could otherwise be applied in between and change what a settled
         // version's lookup says about a snapshot that must not see it.
-        let (t, queue, picked) = self.current_held(|| ks.picked());
+        let (t, queue, picked) = self.current_held(|| self.ks.picked());
         let now = picked.now();
         let mut n = 0usize;
         let mut unsure = Vec::new();
@@ -802,7 +794,7 @@ impl IndexSet {
             }
             // The key directory under one read lock: a consistent cut (writes are held at the
             // index lock meanwhile, and none is in flight for a key with one settled version).
-            let st = ks.core().state.read();
+            let st = self.ks.core().state.read();
             // A settled version that can expire neither by a default (none of the container's
             // settings was a number of seconds) nor by its own `ttl` is the key's current,
             // live version: counted without a lookup (a delete or a newer write would have
@@ -1059,7 +1051,7 @@ impl Registry {
             self.sets.lock().remove(&id);
             return Ok(());
         }
-        if let Err(e) = set.build(ks) {
+        if let Err(e) = set.build() {
             self.sets.lock().remove(&id);
             return Err(e);
         }
@@ -1130,7 +1122,7 @@ impl Stage<'_> {
             || (queued >= WAKE_AT
                 && !self.registry.paused.load(Ordering::Acquire)
                 && !set.woken.swap(true, Ordering::AcqRel)
-                && !self.registry.wake(self.ks.core().id))
+                && !self.registry.wake(set.ks.core().id))
         {
             set.catch_up();
         }
