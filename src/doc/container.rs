@@ -130,7 +130,7 @@ impl Container {
         // block this thread's second read).
         let guard = self.hist.read_recursive();
         match guard.as_ref() {
-            None => self.ks.write_planned(plan),
+            None => self.ks.write_planned(true, plan),
             Some(h) => self.ks.write_planned_pair(&h.ks, |items, hist| {
                 let ops = plan(items)?;
                 if ops.is_empty() {
@@ -641,4 +641,57 @@ pub struct QueryPage<T> {
 /// A stored item's JSON (a 400 if the bytes are not an item).
 fn parse_stored(bytes: &[u8]) -> Result<Value> {
     stored::parse(bytes).map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doc::batch::TransactionalBatch;
+    use crate::doc::patch::PatchOp;
+    use serde_json::json;
+
+    /// Each live item key of `c` with whether its record carries the `DOC` flag.
+    fn flags(c: &Container) -> Vec<(Vec<u8>, bool)> {
+        let mut it = c.keyspace().iter();
+        let mut out = Vec::new();
+        while let Some(r) = it.next_with(|k, _, doc| (k.to_vec(), doc)) {
+            out.push(r.expect("read"));
+        }
+        out
+    }
+
+    #[test]
+    fn every_item_write_marks_its_record_a_document_and_a_raw_put_does_not() {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = Database::open(dir.path()).expect("open");
+        for props in [
+            ContainerProperties::new("plain", "/pk"),
+            // Writes its items together with the change feed's history (a planned pair).
+            ContainerProperties::new("fed", "/pk").with_change_feed_retention_minutes(10),
+        ] {
+            let c = db.create_container(props).expect("container");
+            c.create_item(&json!({"id": "created", "pk": "a"})).expect("create");
+            c.upsert_item(&json!({"id": "upserted", "pk": "a"})).expect("upsert");
+            c.create_item(&json!({"id": "replaced", "pk": "a"})).expect("create");
+            c.replace_item("a", "replaced", &json!({"id": "replaced", "pk": "a", "v": 2}))
+                .expect("replace");
+            c.create_item(&json!({"id": "patched", "pk": "a", "n": 1})).expect("create");
+            c.patch_item("a", "patched", &[PatchOp::incr("/n", 1)]).expect("patch");
+            let mut batch = TransactionalBatch::new("a");
+            batch
+                .create_item(&json!({"id": "batched1", "pk": "a"}))
+                .upsert_item(&json!({"id": "batched2", "pk": "a"}));
+            assert!(c.execute_batch(&batch).expect("batch").is_success());
+            c.create_items(&[json!({"id": "bulk", "pk": "a"})]).expect("bulk");
+            let raw = partition::encode_key(&"a".into(), "raw");
+            c.keyspace()
+                .put(&raw, br#"{"id":"raw","pk":"a"}"#)
+                .expect("raw put");
+            let seen = flags(&c);
+            assert_eq!(seen.len(), 8, "{}", c.id());
+            for (key, doc) in seen {
+                assert_eq!(doc, key != raw, "{}: {}", c.id(), String::from_utf8_lossy(&key));
+            }
+        }
+    }
 }

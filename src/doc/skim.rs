@@ -30,16 +30,30 @@ fn zero_bytes(x: u64) -> u64 {
 /// `wanted[i]` (in text order; a repeated name is reported each time), `text` being the
 /// property's value as it stands in `bytes`.
 ///
+/// `doc`: the text is a document item as the document layer wrote it (record flag `DOC`: one
+/// object serialized from a map, so valid and without repeated names). The skim then returns
+/// as soon as every wanted name was found, leaving the rest of the text unread: nothing after
+/// it could add a property or make the text one the parser refuses.
+///
 /// # Errors
-/// [`Refused`] if `bytes` is not one JSON object the skim can vouch for.
+/// [`Refused`] if the text read is not one JSON object the skim can vouch for.
 pub(crate) fn fields<'a>(
     bytes: &'a [u8],
     wanted: &[String],
+    doc: bool,
     mut found: impl FnMut(usize, &'a [u8]),
 ) -> Res<()> {
+    // Bit `i` for each wanted name not met yet (early return only for up to 64 names).
+    let mut missing: u64 = match wanted.len() {
+        n if doc && n < 64 => (1 << n) - 1,
+        _ => u64::MAX,
+    };
     let mut p = Skim { b: bytes, i: 0 };
     p.ws();
     p.expect(b'{')?;
+    if missing == 0 {
+        return Ok(()); // nothing wanted
+    }
     p.ws();
     if p.peek() == Some(b'}') {
         p.i += 1;
@@ -63,6 +77,10 @@ pub(crate) fn fields<'a>(
             };
             if let Some(i) = hit {
                 found(i, text);
+                missing &= !1u64.checked_shl(u32::try_from(i).unwrap_or(u32::MAX)).unwrap_or(0);
+                if missing == 0 {
+                    return Ok(());
+                }
             }
             p.ws();
             match p.next()? {
@@ -313,11 +331,40 @@ mod tests {
     }
 
     fn found(text: &str, wanted: &[&str]) -> Res<Vec<(usize, String)>> {
+        found_in(text, wanted, false)
+    }
+
+    fn found_in(text: &str, wanted: &[&str], doc: bool) -> Res<Vec<(usize, String)>> {
         let mut out = Vec::new();
-        fields(text.as_bytes(), &names(wanted), |i, t| {
+        fields(text.as_bytes(), &names(wanted), doc, |i, t| {
             out.push((i, String::from_utf8_lossy(t).into_owned()));
         })?;
         Ok(out)
+    }
+
+    #[test]
+    fn a_document_is_read_only_until_every_wanted_name_is_found() {
+        // The text after the last wanted property is not read: damage there goes unseen
+        // for a document (which cannot have any) and is refused otherwise.
+        let cut = r#"{"a":1,"b":[2,{"c":3}],"d":tru"#;
+        let both = vec![(1, "1".to_string()), (0, r#"[2,{"c":3}]"#.to_string())];
+        assert_eq!(found_in(cut, &["b", "a"], true), Ok(both));
+        assert_eq!(found_in(cut, &["b", "a"], false), Err(Refused));
+        // A name not present: the whole text is read, and checked.
+        assert_eq!(found_in(cut, &["a", "zz"], true), Err(Refused));
+        assert_eq!(found_in(r#"{"a":1}"#, &["a", "zz"], true), Ok(vec![(0, "1".to_string())]));
+        // Nothing wanted: only the opening brace.
+        assert_eq!(found_in(r#"{"a":"#, &[], true), Ok(vec![]));
+        assert_eq!(found_in(r#"{"a":"#, &[], false), Err(Refused));
+        // More names than the early return tracks: read to the end, no overflow.
+        let mut many: Vec<String> = (0..70).map(|i| format!("n{i}")).collect();
+        many[68] = "a".to_string();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(found_in(cut, &many, true), Err(Refused));
+        assert_eq!(
+            found_in(r#"{"a":1}"#, &many, true),
+            Ok(vec![(68, "1".to_string())])
+        );
     }
 
     #[test]
@@ -369,7 +416,7 @@ mod tests {
         // Not an object: valid JSON, but not an item the skim reads (the parser decides).
         assert_eq!(found("[1]", &["a"]), Err(Refused));
         let bad_utf8 = b"{\"a\": \"\xc3\x28 long enough for a word\"}";
-        assert!(fields(bad_utf8, &[], |_, _| {}).is_err());
+        assert!(fields(bad_utf8, &[], false, |_, _| {}).is_err());
         let good_utf8 = "{\"a\": \"caf\u{e9} \u{1F600} long enough for a word\"}";
         assert!(found(good_utf8, &[]).is_ok());
     }

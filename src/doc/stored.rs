@@ -11,6 +11,8 @@
 //! [`parse_fields`] reads only some top-level properties of an item (for a query that needs
 //! no others): the rest of the text is checked by [`skim`](super::skim) as strictly as the
 //! parser checks it, without building values, so it accepts and refuses what [`parse`] does.
+//! For an item whose record carries the `DOC` flag it stops once every property it needs was
+//! found: such a text is valid and names each property once, so the result is the same.
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -40,14 +42,16 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> 
 
 /// Parses a stored item keeping only its top-level properties named in `wanted` (the value
 /// at each in full): for an object, what [`parse`] gives with every other property removed.
-/// Anything that is not an object comes back whole, as from [`parse`].
+/// Anything that is not an object comes back whole, as from [`parse`]. `doc`: the text is a
+/// document item as the document layer wrote it (record flag `DOC`), so the reading stops
+/// once every wanted property was found ([`skim::fields`]).
 ///
 /// # Errors
 /// The parser's error when `bytes` is not JSON, as from [`parse`].
-pub(crate) fn parse_fields(bytes: &[u8], wanted: &[String]) -> serde_json::Result<Value> {
+pub(crate) fn parse_fields(bytes: &[u8], wanted: &[String], doc: bool) -> serde_json::Result<Value> {
     let mut out = Map::new();
     let mut bad = false;
-    let skimmed = skim::fields(bytes, wanted, |i, text| {
+    let skimmed = skim::fields(bytes, wanted, doc, |i, text| {
         // The skim checked `text`; the parser builds it (a repeated name: the last wins).
         match serde_json::from_slice(text) {
             Ok(v) => {
@@ -125,7 +129,7 @@ mod tests {
 
     fn fields(text: &str, wanted: &[&str]) -> serde_json::Result<Value> {
         let wanted: Vec<String> = wanted.iter().map(|w| (*w).to_string()).collect();
-        parse_fields(text.as_bytes(), &wanted)
+        parse_fields(text.as_bytes(), &wanted, false)
     }
 
     #[test]
@@ -155,7 +159,7 @@ mod tests {
         }
         let bad_utf8 = b"{\"a\": 1, \"b\": \"\xff\"}";
         assert!(parse::<Value>(bad_utf8).is_err());
-        assert!(parse_fields(bad_utf8, &["a".to_string()]).is_err());
+        assert!(parse_fields(bad_utf8, &["a".to_string()], false).is_err());
         let deep = format!(r#"{{"a": 1, "b": {}}}"#, nested(MAX_DEPTH - 1));
         assert_eq!(fields(&deep, &["a"]).expect("128 levels"), serde_json::json!({"a": 1}));
         let too_deep = format!(r#"{{"a": 1, "b": {}}}"#, nested(MAX_DEPTH));
@@ -195,7 +199,7 @@ mod tests {
                 }
                 v
             });
-            let got = parse_fields(&text, &wanted);
+            let got = parse_fields(&text, &wanted, false);
             assert_eq!(
                 want.as_ref().ok(),
                 got.as_ref().ok(),
@@ -204,7 +208,7 @@ mod tests {
             );
             // The skim itself vouches for exactly the valid objects (no fallback taken).
             assert_eq!(
-                skim::fields(&text, &wanted, |_, _| {}).is_ok(),
+                skim::fields(&text, &wanted, false, |_, _| {}).is_ok(),
                 want.as_ref().is_ok_and(Value::is_object),
                 "{}",
                 String::from_utf8_lossy(&text)

@@ -1,7 +1,7 @@
 //! [`Keyspace`]: the public byte-map API, [`WriteBatch`] and scans.
 
 use std::collections::VecDeque;
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, Range, RangeBounds};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,13 +118,15 @@ impl Keyspace {
             ks: Arc::clone(&self.core),
             key: key.to_vec(),
             put,
+            doc: false,
         };
         let existed = self.inner().apply(std::slice::from_ref(&op), false)?;
         Ok(existed.first().copied().unwrap_or(false))
     }
 
     /// Compare-and-write for the document layer: `check` sees the live version (if any) under
-    /// the write lock and may refuse the write.
+    /// the write lock and may refuse the write. A put's value is a document item (record flag
+    /// `DOC`).
     pub(crate) fn write_checked(
         &self,
         key: &[u8],
@@ -136,6 +138,7 @@ impl Keyspace {
             ks: Arc::clone(&self.core),
             key: key.to_vec(),
             put,
+            doc: true,
         };
         let existed = self.inner().apply_checked(
             std::slice::from_ref(&op),
@@ -319,7 +322,10 @@ pub struct Iter {
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
     prefix: Option<Vec<u8>>,
-    buf: VecDeque<(Vec<u8>, Shown)>,
+    /// The current chunk: each pair's key as a range of `keys`, one buffer for the chunk's
+    /// keys rather than an allocation per key.
+    buf: VecDeque<(Range<usize>, Shown)>,
+    keys: Vec<u8>,
     /// The segments holding the entries of the current chunk, pinned while it is read.
     segs: Vec<(u32, SegRef)>,
     done: bool,
@@ -367,6 +373,7 @@ impl Iter {
             upper,
             prefix,
             buf: VecDeque::new(),
+            keys: Vec::new(),
             segs: Vec::new(),
             done,
         }
@@ -386,7 +393,15 @@ impl Iter {
         );
         let mut last = None;
         let mut taken = 0;
-        let mut chunk: Vec<(Vec<u8>, Shown)> = Vec::new();
+        // Called with the previous chunk read to its end.
+        self.buf.clear();
+        self.keys.clear();
+        let (buf, keys) = (&mut self.buf, &mut self.keys);
+        let mut push = |k: &[u8], shown: Shown| {
+            let at = keys.len();
+            keys.extend_from_slice(k);
+            buf.push_back((at..keys.len(), shown));
+        };
         // One look at the segment set per chunk; entries usually share a few segments.
         let set = self.ks.inner().segments.read();
         self.segs.clear();
@@ -405,7 +420,7 @@ impl Iter {
                 if let Some(image) = scans.before(k, self.start) {
                     if let Some((old, value)) = image {
                         if st.is_live(old, self.now) {
-                            chunk.push((k.to_vec(), Shown::Value(value.clone())));
+                            push(k, Shown::Value(value.clone()));
                         }
                     }
                     if taken >= CHUNK {
@@ -425,7 +440,7 @@ impl Iter {
                         self.segs.push((e.file, seg));
                     }
                 }
-                chunk.push((k.to_vec(), Shown::Entry(*e)));
+                push(k, Shown::Entry(*e));
             }
             if taken >= CHUNK {
                 break;
@@ -444,15 +459,17 @@ impl Iter {
             }
             if let Some((old, value)) = image {
                 if st.is_live(old, self.now) {
-                    chunk.push((k.to_vec(), Shown::Value(value.clone())));
+                    push(k, Shown::Value(value.clone()));
                     restored = true;
                 }
             }
         }
         if restored {
-            chunk.sort_by(|a, b| a.0.cmp(&b.0));
+            let keys = &self.keys;
+            self.buf
+                .make_contiguous()
+                .sort_by(|a, b| keys[a.0.clone()].cmp(&keys[b.0.clone()]));
         }
-        self.buf.extend(chunk);
         match last {
             Some(k) if full => self.lower = Bound::Excluded(k.to_vec()),
             _ => self.done = true,
@@ -468,16 +485,25 @@ impl Drop for Iter {
 
 impl Iter {
     /// The next live pair, given to `f`: the value in place where the log is mapped, not
-    /// copied out (a query that keeps few of the items it reads copies only those).
-    pub(crate) fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
+    /// copied out (a query that keeps few of the items it reads copies only those), and
+    /// whether its record carries the `DOC` flag (false for a before-image).
+    pub(crate) fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8], bool) -> R,
+    ) -> Option<Result<R>> {
         loop {
             match self.buf.pop_front() {
-                Some((k, Shown::Value(v))) => return Some(Ok(f(&k, &v))),
+                Some((k, Shown::Value(v))) => return Some(Ok(f(&self.keys[k], &v, false))),
                 Some((k, Shown::Entry(e))) => {
                     let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
                         continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
                     };
-                    return Some(self.ks.inner().with_value(seg, &e, &k, |v| f(&k, v)));
+                    let k = &self.keys[k];
+                    return Some(
+                        self.ks
+                            .inner()
+                            .with_record(seg, &e, k, |v, doc| f(k, v, doc)),
+                    );
                 }
                 None => {}
             }
@@ -495,12 +521,18 @@ impl Iterator for Iter {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             match self.buf.pop_front() {
-                Some((k, Shown::Value(v))) => return Some(Ok((k, v))),
+                Some((k, Shown::Value(v))) => return Some(Ok((self.keys[k].to_vec(), v))),
                 Some((k, Shown::Entry(e))) => {
                     let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
                         continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
                     };
-                    return Some(self.ks.inner().read_value(seg, &e, &k).map(|v| (k, v)));
+                    let k = &self.keys[k];
+                    return Some(
+                        self.ks
+                            .inner()
+                            .read_value(seg, &e, k)
+                            .map(|v| (k.to_vec(), v)),
+                    );
                 }
                 None => {}
             }
@@ -590,6 +622,7 @@ impl WriteBatch {
             ks: Arc::clone(ks.core()),
             key: key.to_vec(),
             put,
+            doc: false,
         });
         self
     }

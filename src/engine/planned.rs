@@ -97,7 +97,8 @@ pub(crate) type PairOp = (bool, PlannedOp);
 impl Keyspace {
     /// As [`Keyspace::write_planned`] over two keyspaces of one store: the plan sees both and
     /// its ops (each naming its keyspace) are one log batch, all or nothing for a crash and
-    /// for readers (the change feed's history is written this way with its item).
+    /// for readers (the change feed's history is written this way with its item). `self`'s
+    /// puts are document items (record flag `DOC`), `other`'s are not.
     pub(crate) fn write_planned_pair(
         &self,
         other: &Keyspace,
@@ -117,6 +118,7 @@ impl Keyspace {
                         ks: Arc::clone(if second { b } else { a }),
                         key,
                         put,
+                        doc: !second,
                     })
                     .collect(),
             ))
@@ -126,9 +128,11 @@ impl Keyspace {
     /// An atomic read-modify-write of this keyspace: `plan` runs under the log mutex at the
     /// write's instant, reads what it needs through the view and returns the ops to apply (in
     /// order; later ops see earlier ones). More than one op is written as one log batch. An
-    /// error from `plan` writes nothing.
+    /// error from `plan` writes nothing. `doc`: the puts' values are document items as the
+    /// document layer serializes them (record flag `DOC`; see `format::record::FLAG_DOC`).
     pub(crate) fn write_planned(
         &self,
+        doc: bool,
         plan: impl FnOnce(&KeyspaceView<'_, '_>) -> Result<Vec<PlannedOp>>,
     ) -> Result<Existed> {
         self.check_alive()?;
@@ -141,6 +145,7 @@ impl Keyspace {
                         ks: Arc::clone(core),
                         key,
                         put,
+                        doc,
                     })
                     .collect(),
             ))

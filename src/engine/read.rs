@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::Inner;
 use crate::error::{Error, IoContext, Result};
-use crate::format::record::{self, Kind};
+use crate::format::record::{self, Kind, FLAG_DOC};
 use crate::keydir::{Entry, KeyspaceState};
 use crate::log::active::ActiveFile;
 use crate::log::segment::Segment;
@@ -62,6 +62,19 @@ impl Inner {
         key: &[u8],
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
+        self.with_record(seg, e, key, |value, _| f(value))
+    }
+
+    /// As [`Inner::with_value`], also telling `f` whether the record carries the `DOC` flag
+    /// (read from the checked record itself, not from the entry).
+    pub(crate) fn with_record<R>(
+        &self,
+        seg: &SegRef,
+        e: &Entry,
+        key: &[u8],
+        f: impl FnOnce(&[u8], bool) -> R,
+    ) -> Result<R> {
+        let f = |(value, doc): (&[u8], bool)| f(value, doc);
         match seg {
             SegRef::Sealed(s) => {
                 let bytes = s.read(e.offset, e.len).ok_or_else(|| {
@@ -97,12 +110,13 @@ impl Inner {
     }
 }
 
+/// The checked record's value, and whether it carries the `DOC` flag.
 fn decode_value<'a>(
     bytes: &'a [u8],
     e: &Entry,
     key: &[u8],
     path: &std::path::Path,
-) -> Result<&'a [u8]> {
+) -> Result<(&'a [u8], bool)> {
     let rec = record::decode(bytes)
         .map_err(|err| Error::corruption(path, u64::from(e.offset), err.to_string()))?;
     if rec.meta.kind != Kind::Put || rec.key != key || rec.meta.seq != e.seq {
@@ -112,5 +126,5 @@ fn decode_value<'a>(
             "record does not match the key directory",
         ));
     }
-    Ok(rec.value)
+    Ok((rec.value, rec.meta.flags & FLAG_DOC != 0))
 }

@@ -17,7 +17,7 @@ use super::{Inner, LogState};
 use crate::error::{Error, Result};
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
-use crate::format::record::{self, Kind, Meta, FLAG_IN_BATCH, FLAG_SHADOWS};
+use crate::format::record::{self, Kind, Meta, FLAG_DOC, FLAG_IN_BATCH, FLAG_SHADOWS};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState, WriteSecs};
 use crate::log::manifest::{KeyspaceMeta, StoreError};
 use crate::options::{SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
@@ -31,6 +31,8 @@ pub(crate) struct Op {
     pub(crate) key: Vec<u8>,
     /// `Some((value, ttl))` for a put, `None` for a delete.
     pub(crate) put: Option<(Vec<u8>, ItemTtl)>,
+    /// The put's value is a document item from the document layer (record flag `DOC`).
+    pub(crate) doc: bool,
 }
 
 pub(crate) fn check_key_value(key: &[u8], value: &[u8]) -> Result<()> {
@@ -397,6 +399,9 @@ impl Inner {
                 let mut flags = if live { FLAG_SHADOWS } else { 0 };
                 if batch {
                     flags |= FLAG_IN_BATCH;
+                }
+                if op.doc && kind == Kind::Put {
+                    flags |= FLAG_DOC;
                 }
                 let meta = Meta {
                     kind,

@@ -10,7 +10,7 @@ pub mod record;
 pub mod varint;
 
 /// Format version written in every file header. Bump on any layout change.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Magic at the start of a segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"EBBDBSEG";
@@ -126,7 +126,7 @@ mod tests {
         }
         // DESIGN.md grid: magic 0..8, version 8..12, id 12..16, created_seq 16..24, crc 28..32.
         assert_eq!(&b[0..8], b"EBBDBSEG");
-        assert_eq!(b[8], 3);
+        assert_eq!(b[8], 4);
         assert_eq!(b[12], 7);
         assert_eq!(b[16], 99);
     }

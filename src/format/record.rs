@@ -3,8 +3,8 @@
 //! ```text
 //! offset size field
 //!  0     4    crc32      CRC32 (IEEE) of every byte after it, to the end of the value
-//!  4     1    tag        bits 0-1 kind (1 put, 2 tombstone, 3 batch header), bits 2-4 flags
-//!                        (SHADOWS, IN_BATCH, MARKER), bits 5-7 zero
+//!  4     1    tag        bits 0-1 kind (1 put, 2 tombstone, 3 batch header), bits 2-5 flags
+//!                        (SHADOWS, IN_BATCH, MARKER, DOC), bits 6-7 zero
 //!  5     ..   keyspace   varint (LEB128, shortest form), keyspace id
 //!        ..   ttl        varint, zigzag of the i32 wire form: 0 inherit, -1 never, n > 0 seconds
 //!        ..   seq        varint, global sequence number, strictly increasing in append order
@@ -68,8 +68,13 @@ pub const FLAG_SHADOWS: u8 = 1;
 pub const FLAG_IN_BATCH: u8 = 2;
 /// Flag: a tombstone written by compaction in place of a dropped dead record.
 pub const FLAG_MARKER: u8 = 4;
+/// Flag: the value is a document item as the document layer wrote it, one JSON object
+/// serialized from a map (so valid JSON, with no property name repeated). Set only by the
+/// document layer's item writes, never by the key-value API, whatever bytes it is given; a
+/// query may then stop reading an item once it has the properties it needs (DESIGN §14).
+pub const FLAG_DOC: u8 = 8;
 /// Every flag bit a record may carry.
-pub const KNOWN_FLAGS: u8 = FLAG_SHADOWS | FLAG_IN_BATCH | FLAG_MARKER;
+pub const KNOWN_FLAGS: u8 = FLAG_SHADOWS | FLAG_IN_BATCH | FLAG_MARKER | FLAG_DOC;
 
 /// The header fields of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +120,7 @@ impl Record<'_> {
     }
 }
 
-/// The tag byte: kind in bits 0-1, flags in bits 2-4.
+/// The tag byte: kind in bits 0-1, flags in bits 2-5.
 fn tag(meta: &Meta) -> u8 {
     (meta.kind as u8) | ((meta.flags & KNOWN_FLAGS) << 2)
 }
@@ -182,7 +187,7 @@ fn header(b: &[u8]) -> Result<Header, DecodeError> {
     }
     let tag = h[TAG_AT];
     let kind = Kind::from_u8(tag & 3).ok_or(DecodeError::BadField)?;
-    if tag >> 5 != 0 {
+    if tag >> 6 != 0 {
         return Err(DecodeError::BadField);
     }
     let flags = (tag >> 2) & KNOWN_FLAGS;
@@ -407,7 +412,7 @@ mod tests {
         assert!(decode(&seal(&good, b"kv")).is_ok());
         let cases: [(&[u8], &[u8], DecodeError); 7] = [
             (&[0, 1, 0, 1, 1, 1, 1], b"kv", DecodeError::BadField), // kind 0
-            (&[0x21, 1, 0, 1, 1, 1, 1], b"kv", DecodeError::BadField), // tag bit 5
+            (&[0x41, 1, 0, 1, 1, 1, 1], b"kv", DecodeError::BadField), // tag bit 6
             (&[1, 0x81, 0x00, 0, 1, 1, 1, 1], b"kv", DecodeError::BadField), // overlong
             (&[1, 1, 3, 1, 1, 1, 1], b"kv", DecodeError::BadField), // ttl -2
             (&[3, 1, 0, 1, 1, 1, 4], b"kvvvv", DecodeError::BadField), // batch header with key

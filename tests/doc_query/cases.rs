@@ -360,6 +360,40 @@ fn expired_items_appear_in_no_clause_count_or_aggregate() {
     assert!(!ids(&c, "SELECT VALUE c.id FROM c ORDER BY c.n DESC").contains(&"t2".to_string()));
 }
 
+/// Items the document layer wrote are read only as far as a query needs (their records say
+/// so); a value put through the key-value API (bypassing the indexes, so the property is an
+/// unindexed one) is not vouched for: it is read to its end, so
+/// a repeated name yields its last occurrence (as the parser has it) and damage after the
+/// wanted property is still refused.
+#[test]
+fn a_raw_put_into_a_container_is_read_whole_and_checked() {
+    let (_d, _c, _db, c) = setup();
+    let dup = ebbdb::doc::partition::encode_key(&"zzz".into(), "dup");
+    c.keyspace()
+        .put(&dup, br#"{"id":"dup","pk":"zzz","m":1,"m":50}"#)
+        .expect("raw put");
+    assert_eq!(
+        run(&c, "SELECT VALUE c.m FROM c WHERE c.m >= 50"),
+        vec![json!(50)]
+    );
+    assert_eq!(run(&c, "SELECT VALUE c.m FROM c WHERE c.m = 1"), Vec::<Value>::new());
+    // Written by the container, the same properties are read as usual.
+    c.create_item(&json!({"id": "fine", "pk": "zzz", "m": 60}))
+        .expect("create");
+    assert_eq!(
+        run(&c, "SELECT VALUE c.m FROM c WHERE c.m >= 50 ORDER BY c.m"),
+        vec![json!(50), json!(60)]
+    );
+    let cut = ebbdb::doc::partition::encode_key(&"zzz".into(), "cut");
+    c.keyspace()
+        .put(&cut, br#"{"_etag":"x","id":"cut","pk":"zzz","n":7,"x":tru}"#)
+        .expect("raw put");
+    assert!(c
+        .query::<Value>(&Query::new("SELECT VALUE c._etag FROM c"))
+        .and_then(|r| r.collect::<ebbdb::Result<Vec<_>>>())
+        .is_err());
+}
+
 /// An equality on the partition key path reads only that partition, and an equality on `id`
 /// with a known partition is a point read: proven by a damaged (non-JSON) item elsewhere,
 /// which a full scan trips over. Results are the same as with the partition given in options.

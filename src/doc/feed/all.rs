@@ -269,7 +269,7 @@ impl Container {
         let Some(h) = guard.as_ref() else {
             return Ok(());
         };
-        h.ks.write_planned(|view| {
+        h.ks.write_planned(false, |view| {
             let mut ops = Vec::new();
             for (akey, v) in stale {
                 if view.get(&akey)?.as_deref() == Some(v.as_slice()) {

@@ -1042,7 +1042,7 @@ impl Registry {
             return Ok(());
         }
         let set = Arc::new(IndexSet::new(paths, ks.clone()));
-        let registered = ks.write_planned(|_| {
+        let registered = ks.write_planned(false, |_| {
             self.sets.lock().insert(id, Arc::clone(&set));
             Ok(Vec::new())
         });

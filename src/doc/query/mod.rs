@@ -742,8 +742,8 @@ fn run_select(
         if early_stop.is_some_and(|n| rows.len() >= n) {
             break;
         }
-        let next = items.next_with(|key, text| {
-            let doc = shape.parse(text)?;
+        let next = items.next_with(|key, text, written| {
+            let doc = shape.parse(text, written)?;
             if prefilter && !passes(q, &doc, &[], params) {
                 return Ok(None);
             }

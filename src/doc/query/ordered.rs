@@ -77,11 +77,11 @@ impl<'a> Ordered<'a> {
 }
 
 /// The encoded scalar at `path` in the item `text`, if there is one.
-fn value_at(text: &[u8], path: &[String]) -> Result<Option<Vec<u8>>> {
+fn value_at(text: &[u8], path: &[String], written: bool) -> Result<Option<Vec<u8>>> {
     let Some(first) = path.first() else {
         return Ok(None);
     };
-    let doc = stored::parse_fields(text, std::slice::from_ref(first))
+    let doc = stored::parse_fields(text, std::slice::from_ref(first), written)
         .map_err(|e| Error::BadRequest(format!("stored item is not JSON: {e}")))?;
     let found = path.iter().try_fold(&doc, |v, seg| match v {
         Value::Object(m) => m.get(seg),
@@ -92,7 +92,10 @@ fn value_at(text: &[u8], path: &[String]) -> Result<Option<Vec<u8>>> {
 }
 
 impl Source for Ordered<'_> {
-    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>> {
+    fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>,
+    ) -> Option<Result<R>> {
         let mut f = Some(f);
         loop {
             if self.current.is_none() && !self.advance() {
@@ -108,18 +111,18 @@ impl Source for Ordered<'_> {
                 ..
             } = self;
             let here = current.as_deref().unwrap_or_default();
-            let step = picked.next_with(|key, text| -> Result<Option<R>> {
+            let step = picked.next_with(|key, text, written| -> Result<Option<R>> {
                 if emitted.contains(key) {
                     return Ok(None);
                 }
-                if let Some(now) = value_at(text, path)? {
+                if let Some(now) = value_at(text, path, written)? {
                     if walk.is_after(&now, here) && set.holds(walk.path(), &now, key) {
                         return Ok(None); // met again, and returned, at its own value
                     }
                 }
                 emitted.insert(key.to_vec());
                 match f.take() {
-                    Some(f) => f(key, text).map(Some),
+                    Some(f) => f(key, text, written).map(Some),
                     None => Ok(None),
                 }
             });

@@ -1,8 +1,9 @@
 //! What of each item a query reads, and the form its rows leave the runner in.
 //!
 //! Most queries touch a few top-level properties (`c.status`, `c.customer.city`): for those
-//! an item is read with [`stored::parse_fields`], which checks the whole text but builds
-//! values only for the properties named, and every expression of the query is evaluated on
+//! an item is read with [`stored::parse_fields`], which checks the whole text (or, for an item
+//! the document layer wrote, reads it only up to the last property named) but builds values
+//! only for the properties named, and every expression of the query is evaluated on
 //! that partial item. This is exact because an expression can reach the item only through
 //! `c.<name>…` paths (a `Prop` on `Root`); a query that uses `c` itself anywhere else (`SELECT
 //! VALUE c`, `IS_DEFINED(c)`, `c[@p]`) reads whole items. `SELECT *` without JOIN or DISTINCT
@@ -62,11 +63,12 @@ impl Shape {
         }
     }
 
-    /// The item as the query's expressions see it: whole, or only the properties they read.
-    pub(crate) fn parse(&self, bytes: &[u8]) -> Result<Value> {
+    /// The item as the query's expressions see it: whole, or only the properties they read
+    /// (`doc`: the record carries the `DOC` flag, so the reading may stop once it has them).
+    pub(crate) fn parse(&self, bytes: &[u8], doc: bool) -> Result<Value> {
         match &self.reads {
             Reads::Whole => stored::parse(bytes),
-            Reads::Fields(names) => stored::parse_fields(bytes, names),
+            Reads::Fields(names) => stored::parse_fields(bytes, names, doc),
         }
         .map_err(not_json)
     }
@@ -132,18 +134,26 @@ impl Out {
 /// one `now`. The engine's readers lend the text in place (`next_with`), so an item the WHERE
 /// drops is never copied.
 pub(crate) trait Source {
-    /// The next item, given to `f`.
-    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>>;
+    /// The next item, given to `f` with its key, its text and whether its record carries the
+    /// `DOC` flag (the document layer wrote the text: see [`Shape::parse`]).
+    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>)
+        -> Option<Result<R>>;
 }
 
 impl Source for crate::engine::Iter {
-    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>> {
+    fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>,
+    ) -> Option<Result<R>> {
         crate::engine::Iter::next_with(self, f).map(|r| r.and_then(|x| x))
     }
 }
 
 impl Source for crate::engine::Picked {
-    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>> {
+    fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>,
+    ) -> Option<Result<R>> {
         crate::engine::Picked::next_with(self, f).map(|r| r.and_then(|x| x))
     }
 }
@@ -152,8 +162,11 @@ impl Source for crate::engine::Picked {
 pub(crate) struct Owned<I>(pub(crate) I);
 
 impl<I: Iterator<Item = Result<(Vec<u8>, Vec<u8>)>>> Source for Owned<I> {
-    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Option<Result<R>> {
-        self.0.next().map(|r| r.and_then(|(k, v)| f(&k, &v)))
+    fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>,
+    ) -> Option<Result<R>> {
+        self.0.next().map(|r| r.and_then(|(k, v)| f(&k, &v, false)))
     }
 }
 

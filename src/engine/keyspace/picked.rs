@@ -64,15 +64,22 @@ impl Picked {
     }
 
     /// The next live pair, given to `f` with the value in place (see `Iter::next_with`).
-    pub(crate) fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
+    pub(crate) fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8], bool) -> R,
+    ) -> Option<Result<R>> {
         loop {
             match self.buf.pop_front() {
-                Some((k, Shown::Value(v))) => return Some(Ok(f(&k, &v))),
+                Some((k, Shown::Value(v))) => return Some(Ok(f(&k, &v, false))),
                 Some((k, Shown::Entry(e))) => {
                     let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
                         continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
                     };
-                    return Some(self.ks.inner().with_value(seg, &e, &k, |v| f(&k, v)));
+                    return Some(
+                        self.ks
+                            .inner()
+                            .with_record(seg, &e, &k, |v, doc| f(&k, v, doc)),
+                    );
                 }
                 None => {}
             }
