@@ -43,15 +43,17 @@ pub(crate) fn fields<'a>(
     doc: bool,
     mut found: impl FnMut(usize, &'a [u8]),
 ) -> Res<()> {
-    // Bit `i` for each wanted name not met yet (early return only for up to 64 names).
+    // Bit `i` for each wanted name not met yet; early return only for a document item and
+    // at most 64 names (beyond that the whole text is read).
+    let early = doc && wanted.len() <= 64;
     let mut missing: u64 = match wanted.len() {
-        n if doc && n < 64 => (1 << n) - 1,
-        _ => u64::MAX,
+        64.. => u64::MAX,
+        n => (1 << n) - 1,
     };
     let mut p = Skim { b: bytes, i: 0 };
     p.ws();
     p.expect(b'{')?;
-    if missing == 0 {
+    if early && missing == 0 {
         return Ok(()); // nothing wanted
     }
     p.ws();
@@ -78,7 +80,7 @@ pub(crate) fn fields<'a>(
             if let Some(i) = hit {
                 found(i, text);
                 missing &= !1u64.checked_shl(u32::try_from(i).unwrap_or(u32::MAX)).unwrap_or(0);
-                if missing == 0 {
+                if early && missing == 0 {
                     return Ok(());
                 }
             }
@@ -365,6 +367,20 @@ mod tests {
             found_in(r#"{"a":1}"#, &many, true),
             Ok(vec![(68, "1".to_string())])
         );
+        // Every one of 64 and of 65 names present before the damage: 64 are tracked (the
+        // early return holds for a document only), 65 are not (the damage is always seen).
+        let names: Vec<String> = (0..65).map(|i| format!("n{i:02}")).collect();
+        let mut text = String::from("{");
+        for n in &names {
+            text.push_str(&format!(r#""{n}":0,"#));
+        }
+        text.push_str(r#""zz":tru"#);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let first = |n: usize| Ok((0..n).map(|i| (i, "0".to_string())).collect::<Vec<_>>());
+        assert_eq!(found_in(&text, &names[..64], true), first(64));
+        assert_eq!(found_in(&text, &names[..64], false), Err(Refused));
+        assert_eq!(found_in(&text, &names, true), Err(Refused));
+        assert_eq!(found_in(&text, &names, false), Err(Refused));
     }
 
     #[test]

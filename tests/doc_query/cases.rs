@@ -394,6 +394,55 @@ fn a_raw_put_into_a_container_is_read_whole_and_checked() {
         .is_err());
 }
 
+/// A query naming more top-level properties than the early stop tracks (64) reads every
+/// item whole: a property after the 64th is found, a repeated name in a raw put yields its last
+/// occurrence, and damage after the 64th is refused.
+#[test]
+fn a_query_naming_more_than_sixty_four_properties_reads_items_whole() {
+    let (_d, _c, _db, c) = setup();
+    let names: Vec<String> = (0..64).map(|i| format!("a{i:02}")).collect();
+    let mut item = serde_json::Map::new();
+    item.insert("id".into(), json!("wide"));
+    item.insert("pk".into(), json!("zzz"));
+    for (i, n) in names.iter().enumerate() {
+        item.insert(n.clone(), json!(i));
+    }
+    item.insert("zz".into(), json!("last"));
+    c.create_item(&Value::Object(item)).expect("create");
+    let listed = |extra: &str| {
+        let mut all: Vec<String> = names.iter().map(|n| format!("c.{n}")).collect();
+        if !extra.is_empty() {
+            all.push(extra.to_string());
+        }
+        all.join(", ")
+    };
+    let sixty_five = format!(
+        "SELECT VALUE [{}] FROM c WHERE c.id = 'wide'",
+        listed("c.zz")
+    );
+    let want: Vec<Value> = (0..64).map(|i| json!(i)).chain([json!("last")]).collect();
+    assert_eq!(run(&c, &sixty_five), vec![Value::Array(want)]);
+    let filtered = format!("SELECT VALUE [{}] FROM c WHERE c.zz = 'last'", listed(""));
+    assert_eq!(run(&c, &filtered).len(), 1);
+
+    let mut text = String::from(r#"{"id":"raw","pk":"zzz""#);
+    for (i, n) in names.iter().enumerate() {
+        text.push_str(&format!(r#","{n}":{i}"#));
+    }
+    let key = ebbdb::doc::partition::encode_key(&"zzz".into(), "raw");
+    let repeated = format!(r#"{text},"a00":99}}"#);
+    c.keyspace().put(&key, repeated.as_bytes()).expect("raw put");
+    let first = format!("SELECT VALUE c.a00 FROM c WHERE c.pk = 'zzz' AND c.a63 = 63 AND IS_ARRAY([{}])", listed(""));
+    // A raw put is not indexed: the partition is scanned ("raw" sorts before "wide").
+    assert_eq!(run(&c, &first), vec![json!(99), json!(0)]);
+    let damaged = format!(r#"{text},"zz":tru"#);
+    c.keyspace().put(&key, damaged.as_bytes()).expect("raw put");
+    assert!(c
+        .query::<Value>(&Query::new(format!("SELECT {} FROM c", listed(""))))
+        .and_then(|r| r.collect::<ebbdb::Result<Vec<_>>>())
+        .is_err());
+}
+
 /// An equality on the partition key path reads only that partition, and an equality on `id`
 /// with a known partition is a point read: proven by a damaged (non-JSON) item elsewhere,
 /// which a full scan trips over. Results are the same as with the partition given in options.
