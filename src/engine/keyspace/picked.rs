@@ -130,6 +130,8 @@ impl Picked {
             }
             self.buf.push_back((k, Shown::Entry(*e)));
         }
+        drop((set, scans, st));
+        warm(self.buf.iter().map(|(_, shown)| shown), &self.segs);
     }
 }
 
@@ -160,4 +162,28 @@ impl Iterator for Picked {
             self.refill();
         }
     }
+}
+
+/// Touches every cache line of the records a chunk is about to read, before any is read.
+///
+/// The keys an index picks are scattered over the log, so each record is a cache miss (or a
+/// page fault). Taken one at a time, between the decoding and parsing of the previous item,
+/// those misses come one after another; a loop of independent loads lets the processor have
+/// many in flight at once (an indexed filter over 1 M items: 40-43 ms to 38-39 ms; done for a
+/// full scan too, it cost 2 %, so `Iter` does not). Called with no lock held, as a page fault
+/// may wait for the disk.
+fn warm<'a>(chunk: impl Iterator<Item = &'a Shown>, segs: &[(u32, SegRef)]) {
+    let mut sum = 0u8;
+    for shown in chunk {
+        let Shown::Entry(e) = shown else { continue };
+        let bytes = match segs.iter().find(|(id, _)| *id == e.file) {
+            Some((_, SegRef::Sealed(s))) => s.read(e.offset, e.len),
+            Some((_, SegRef::Active(a))) => a.read_mapped(e.offset, e.len),
+            None => None,
+        };
+        for b in bytes.unwrap_or_default().iter().step_by(64) {
+            sum = sum.wrapping_add(*b);
+        }
+    }
+    std::hint::black_box(sum);
 }
