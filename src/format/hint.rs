@@ -32,7 +32,7 @@
 
 use byteorder::{ByteOrder, LittleEndian as LE};
 
-use super::record::{Kind, Meta};
+use super::record::{Kind, Meta, KNOWN_FLAGS};
 use super::varint::{self, unzigzag, zigzag};
 use super::{DecodeError, HINT_MAGIC};
 use crate::options::MAX_KEY_SIZE;
@@ -92,7 +92,7 @@ impl HintWriter {
     pub fn add(&mut self, meta: &Meta, key: &[u8], offset: u32, len: u32) {
         let mut e = [0u8; HINT_ENTRY_LEN];
         e[0] = meta.kind as u8;
-        e[1] = meta.flags;
+        e[1] = meta.flags & KNOWN_FLAGS;
         LE::write_u32(&mut e[4..8], meta.keyspace);
         LE::write_i32(&mut e[8..12], meta.ttl.to_wire());
         LE::write_u32(&mut e[12..16], u32::try_from(key.len()).unwrap_or(u32::MAX));
@@ -284,6 +284,9 @@ fn walk_compact(b: &[u8], body_end: usize, f: Visit<'_>) -> Result<(), DecodeErr
         };
         pos += 2;
         let kind = kind_of(kind)?;
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(DecodeError::BadField);
+        }
         let keyspace = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
         let ttl_wire = unzigzag(varint::get(body, &mut pos)?)?;
         let ttl = ItemTtl::from_wire(ttl_wire).ok_or(DecodeError::BadField)?;
@@ -438,6 +441,27 @@ mod tests {
         }
         let per_entry = (w.finish().len() - HINT_HEADER_LEN - 8 - HINT_FOOTER_LEN) / 1000;
         assert!(per_entry <= 33, "{per_entry} bytes per entry");
+    }
+
+    #[test]
+    fn unknown_flag_bits_are_refused_even_under_a_good_checksum() {
+        let mut e = entry(1, b"k");
+        e.meta.flags = KNOWN_FLAGS;
+        let good = build(&[e.clone()]);
+        assert_eq!(decode(&good, 9), Ok(vec![e.clone()]));
+        for bit in 0..8u8 {
+            let flag = 1u8 << bit;
+            if KNOWN_FLAGS & flag != 0 {
+                continue;
+            }
+            let mut b = good.clone();
+            // The first entry's flags byte, then a checksum that matches again.
+            b[HINT_HEADER_LEN + 8 + 1] |= flag;
+            let crc_end = b.len() - HINT_FOOTER_LEN + 8;
+            let crc = crc32fast::hash(&b[..crc_end]);
+            LE::write_u32(&mut b[crc_end..crc_end + 4], crc);
+            assert_eq!(decode(&b, 9), Err(DecodeError::BadField), "bit {bit}");
+        }
     }
 
     #[test]
