@@ -148,3 +148,149 @@ fn the_walk_stops_when_the_page_is_full() {
         assert_eq!(e.status_code(), 400, "{text}: {e}");
     }
 }
+
+/// Moving items' values so far, by id: a walk may only return a value an item really held.
+type History = std::collections::HashMap<String, std::collections::HashSet<u64>>;
+
+/// A container indexed on `/n` with 200 items that are never written again (even `n`) and 40
+/// that transactional batches keep moving (odd `n`), and the values each has held.
+fn moving_setup(db: &Database) -> (Container, History) {
+    let c = db
+        .create_container(
+            ContainerProperties::new("moving", "/pk")
+                .with_default_ttl(DefaultTtl::NeverExpire)
+                .with_included_paths(["/n/?"]),
+        )
+        .expect("container");
+    let mut history = History::new();
+    for i in 0..200u64 {
+        c.create_item(&json!({"id": format!("s{i:03}"), "pk": "p", "n": i * 2}))
+            .expect("create");
+    }
+    for i in 0..40u64 {
+        let id = format!("m{i:02}");
+        let n = (i * 10 + 1) % 400;
+        c.create_item(&json!({"id": id, "pk": "p", "n": n}))
+            .expect("create");
+        history.entry(id).or_default().insert(n);
+    }
+    (c, history)
+}
+
+/// One batch moving four items to new odd values, some behind a walk, some ahead of it.
+fn move_four(c: &Container, history: &std::sync::Mutex<History>, round: u64) {
+    let mut b = ebbdb::TransactionalBatch::new("p");
+    let mut h = history.lock().expect("history");
+    for j in 0..4u64 {
+        let id = format!("m{:02}", (round * 7 + j * 11) % 40);
+        let n = (round * 97 + j * 131) % 200 * 2 + 1;
+        h.entry(id.clone()).or_default().insert(n);
+        b.upsert_item(&json!({"id": id, "pk": "p", "n": n}));
+    }
+    drop(h);
+    let r = c.execute_batch(&b).expect("batch");
+    assert!(r.is_success(), "batch status {}", r.status_code());
+}
+
+/// What every walk over the moving items must satisfy, whatever it met concurrently: values
+/// in order, every unchanged item once, and each moving item at a value it held; no item
+/// twice within one query (`paged`: across pages a moved item may be met again at its new
+/// value, as Cosmos allows for an item changed between pages).
+fn check_walk(got: &[Value], history: &History, paged: bool, what: &str) {
+    let mut seen = std::collections::HashSet::new();
+    let mut last = 0u64;
+    for row in got {
+        let id = row["id"].as_str().expect("id").to_string();
+        let n = row["n"].as_u64().expect("n");
+        assert!(n >= last, "{what}: {n} after {last}");
+        last = n;
+        let first = seen.insert(id.clone());
+        assert!(
+            first || (paged && history.contains_key(&id)),
+            "{what}: {id} twice"
+        );
+        if let Some(held) = history.get(&id) {
+            assert!(held.contains(&n), "{what}: {id} at {n}, never held");
+        } else {
+            assert_eq!(format!("s{:03}", n / 2), id, "{what}: unchanged item moved");
+        }
+    }
+    let unchanged = seen.iter().filter(|id| id.starts_with('s')).count();
+    assert_eq!(unchanged, 200, "{what}: every unchanged item exactly once");
+}
+
+/// Pages of an ordered walk with a transactional batch committed between every two pages.
+#[test]
+fn pages_of_an_index_walk_survive_batches_moving_items_between_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open_with(dir.path(), common::opts(&common::clock())).expect("open");
+    let (c, history) = moving_setup(&db);
+    let history = std::sync::Mutex::new(history);
+    for (size, text) in [
+        (7, "SELECT c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n"),
+        (
+            13,
+            "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n",
+        ),
+    ] {
+        let mut got = Vec::new();
+        let mut token = None;
+        for round in 0.. {
+            let page = c
+                .query_page::<Value>(
+                    &Query::new(text),
+                    &QueryOptions::default()
+                        .max_item_count(size)
+                        .continuation(token),
+                )
+                .expect("page");
+            got.extend(page.items);
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+            move_four(&c, &history, round);
+        }
+        check_walk(&got, &history.lock().expect("history"), true, text);
+    }
+}
+
+/// Ordered walks racing a thread that commits transactional batches moving items.
+#[test]
+fn an_index_walk_racing_batches_that_move_items() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open_with(dir.path(), common::opts(&common::clock())).expect("open");
+    let (c, history) = moving_setup(&db);
+    let history = std::sync::Mutex::new(history);
+    for text in [
+        "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n",
+        "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n BETWEEN 0 AND 1000 ORDER BY c.n",
+    ] {
+        assert_eq!(c.query_plan(&Query::new(text)).expect("plan"), "index /n");
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let mover = s.spawn(|| {
+            let mut round = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                move_four(&c, &history, round);
+                round += 1;
+            }
+            round
+        });
+        for walk in 0..300 {
+            let text = if walk % 2 == 0 {
+                "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n"
+            } else {
+                "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n BETWEEN 0 AND 1000 ORDER BY c.n"
+            };
+            let got = rows(&c, text);
+            // The mover records a value before its batch commits, so every value read is
+            // in the history by now.
+            check_walk(&got, &history.lock().expect("history"), false, text);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let rounds = mover.join().expect("mover");
+        assert!(rounds > 0, "the mover ran");
+    });
+}

@@ -1137,6 +1137,50 @@ mod tests {
         Arc::from(s.as_bytes())
     }
 
+    /// A sweep that finds a gone key still holding a pending version does not count the
+    /// departures so far as dealt with: once that version settles, the next sweep removes it
+    /// even though no key left in between.
+    #[test]
+    fn a_sweep_meeting_a_pending_version_of_a_gone_key_leaves_the_departures_for_the_next() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::Store::open(dir.path()).expect("open");
+        let ks = store
+            .create_keyspace("items", DefaultTtl::Off)
+            .expect("keyspace");
+        let set = IndexSet::new(vec![vec!["n".to_string()]], ks.clone());
+        set.build().expect("build");
+        let doc = serde_json::json!({"n": 1});
+        let departures = || ks.core().state.read().departures;
+        // `a` is written, applied and settled as a document write would be.
+        let (a, id) = set.stage(b"a", Some(&doc));
+        ks.put(b"a", b"{}").expect("put");
+        set.settle(vec![(a, id)]);
+        set.apply_queued(&mut set.t.write());
+        // `b`'s version is staged and in the tables, its write not applied or settled yet.
+        let (b, id_b) = set.stage(b"b", Some(&doc));
+        set.apply_queued(&mut set.t.write());
+        // `a` leaves the key directory (a departure); a sweep now meets both keys gone.
+        ks.delete(b"a").expect("delete");
+        let left = departures();
+        set.sweep_locked(&mut set.t.write(), None);
+        {
+            let t = set.t.read();
+            assert!(!t.by_key.contains_key(&b"a"[..]), "settled and gone: dropped");
+            assert!(t.by_key.contains_key(&b"b"[..]), "pending: kept");
+            assert_ne!(t.swept_departures, left, "not dealt with while one is pending");
+        }
+        // `b`'s write turns out never to enter the key directory (it expired on arrival);
+        // it settles, and the next sweep, with no new departure, still looks.
+        set.settle(vec![(b, id_b)]);
+        set.apply_queued(&mut set.t.write());
+        assert_eq!(departures(), left);
+        set.sweep_locked(&mut set.t.write(), None);
+        let t = set.t.read();
+        assert!(t.by_key.is_empty(), "settled and gone: dropped");
+        assert!(t.trees.iter().all(BTreeMap::is_empty), "no entry left");
+        assert_eq!(t.swept_departures, left);
+    }
+
     #[test]
     fn postings_stay_small() {
         assert_eq!(std::mem::size_of::<Postings>(), 24);
