@@ -687,11 +687,38 @@ mod tests {
             c.keyspace()
                 .put(&raw, br#"{"id":"raw","pk":"a"}"#)
                 .expect("raw put");
-            let seen = flags(&c);
-            assert_eq!(seen.len(), 8, "{}", c.id());
-            for (key, doc) in seen {
-                assert_eq!(doc, key != raw, "{}: {}", c.id(), String::from_utf8_lossy(&key));
+        }
+        let raw = partition::encode_key(&"a".into(), "raw");
+        let check = |db: &Database, when: &str| {
+            for id in ["plain", "fed"] {
+                let seen = flags(&db.container(id).expect("container"));
+                assert_eq!(seen.len(), 8, "{id} {when}");
+                for (key, doc) in seen {
+                    let name = String::from_utf8_lossy(&key);
+                    assert_eq!(doc, key != raw, "{id} {when}: {name}");
+                }
+            }
+        };
+        check(&db, "as written");
+        // Reads take the flag from the record itself (CRC-checked), so it travels with the
+        // record's bytes: through a merge (which copies them) and reopens with and without
+        // hints (which must find the same records).
+        db.compact_full().expect("compact");
+        check(&db, "after a merge");
+        drop(db);
+        let db = Database::open(dir.path()).expect("reopen");
+        check(&db, "reopened from hints");
+        drop(db);
+        let mut hints = 0;
+        for entry in std::fs::read_dir(dir.path()).expect("dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "hint") {
+                std::fs::remove_file(&path).expect("remove hint");
+                hints += 1;
             }
         }
+        assert!(hints > 0, "the merge wrote hints");
+        let db = Database::open(dir.path()).expect("reopen");
+        check(&db, "reopened by scanning");
     }
 }
