@@ -13,7 +13,8 @@
 //!   the puts and tombstones of its segment (offset, length, header fields and key), so the
 //!   key directory that opening builds from hints is the one a full scan of the log builds;
 //! - every record: a keyspace id the manifest has handed out, and a sequence number no other
-//!   record of a listed segment carries;
+//!   record of a listed segment carries; a put flagged `DOC` (a document item the document
+//!   layer wrote) holds one JSON object;
 //! - files the manifest does not account for: a segment that opening would refuse is a
 //!   problem; leftovers that opening removes are notes.
 //!
@@ -31,7 +32,7 @@ use byteorder::{ByteOrder, LittleEndian as LE};
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::hint::{self, HINT_FOOTER_LEN};
-use crate::format::record::{Kind, Meta};
+use crate::format::record::{Kind, Meta, Record, FLAG_DOC};
 use crate::format::{DecodeError, SegmentHeader, FORMAT_VERSION, SEGMENT_HEADER_LEN};
 use crate::log::manifest::Manifest;
 use crate::log::scan::scan_all;
@@ -394,6 +395,47 @@ struct Seen {
     key: Vec<u8>,
 }
 
+impl Seen {
+    fn new(offset: u32, len: u32, rec: &Record<'_>) -> Self {
+        Seen {
+            offset,
+            len,
+            meta: rec.meta,
+            key: rec.key.to_vec(),
+        }
+    }
+}
+
+/// For a put flagged `DOC` (written by the document layer as one JSON object): why its value
+/// is not a JSON object, if it is not. (Repeated names, which the layer never writes, are not
+/// looked for.)
+fn not_a_document(rec: &Record<'_>) -> Option<String> {
+    if rec.meta.kind != Kind::Put || rec.meta.flags & FLAG_DOC == 0 {
+        return None;
+    }
+    // The document layer's checking skim vouches for most items without building anything;
+    // what it cannot vouch for, the parser decides.
+    if crate::doc::skim::fields(rec.value, &[], false, |_, _| {}).is_ok() {
+        return None;
+    }
+    match serde_json::from_slice::<serde_json::Value>(rec.value) {
+        Ok(v) if v.is_object() => None,
+        Ok(_) => Some("a JSON value that is not an object".to_string()),
+        Err(e) => Some(format!("not JSON ({e})")),
+    }
+}
+
+/// Reports the records of `path` flagged a document item whose value is not one.
+fn report_documents(path: &Path, bad: &[(u32, String)], report: &mut VerifyReport) {
+    for (offset, why) in bad.iter().take(MAX_PER_FILE) {
+        report.problem(
+            path,
+            u64::from(*offset),
+            format!("record is flagged a document item but its value is {why}"),
+        );
+    }
+}
+
 /// Checks across the whole log: keyspace ids, unique sequence numbers, the newest record of
 /// every key.
 #[derive(Default)]
@@ -460,13 +502,12 @@ fn check_sealed(
     }
     let end = usize::try_from(len.min(listed_len)).unwrap_or(usize::MAX);
     let mut records = Vec::new();
+    let mut bad_docs = Vec::new();
     let damage = scan_all(bytes, end, |offset, len, rec| {
-        records.push(Seen {
-            offset,
-            len,
-            meta: rec.meta,
-            key: rec.key.to_vec(),
-        });
+        records.push(Seen::new(offset, len, rec));
+        if let Some(why) = not_a_document(rec) {
+            bad_docs.push((offset, why));
+        }
     });
     for d in damage {
         report.problem(
@@ -480,6 +521,7 @@ fn check_sealed(
             ),
         );
     }
+    report_documents(path, &bad_docs, report);
     check_records(path, &records, report, log);
     records
 }
@@ -497,13 +539,12 @@ fn check_active(
         return;
     }
     let mut records = Vec::new();
+    let mut bad_docs = Vec::new();
     let damage = scan_all(bytes, bytes.len(), |offset, len, rec| {
-        records.push(Seen {
-            offset,
-            len,
-            meta: rec.meta,
-            key: rec.key.to_vec(),
-        });
+        records.push(Seen::new(offset, len, rec));
+        if let Some(why) = not_a_document(rec) {
+            bad_docs.push((offset, why));
+        }
     });
     // A damaged range running to the end of the file is the tail (as opening sees it).
     let (tail, interior) = match damage.split_last() {
@@ -552,6 +593,7 @@ fn check_active(
             );
         }
     }
+    report_documents(path, &bad_docs, report);
     check_records(path, &records, report, log);
 }
 
