@@ -206,13 +206,6 @@ impl Postings {
         one.into_iter().chain(many.into_iter().flatten())
     }
 
-    fn contains_key(&self, key: &[u8]) -> bool {
-        match self {
-            Postings::One(k, _) => **k == *key,
-            Postings::Many(m) => m.contains_key(key),
-        }
-    }
-
     fn len(&self) -> usize {
         match self {
             Postings::One(..) => 1,
@@ -752,15 +745,6 @@ impl IndexSet {
         (picked, walk, first)
     }
 
-    /// True if `key` holds an entry for the encoded `value` at `path`.
-    pub(crate) fn holds(&self, path: usize, value: &[u8], key: &[u8]) -> bool {
-        let (t, ()) = self.current(|| ());
-        t.trees
-            .get(path)
-            .and_then(|tree| tree.get(value))
-            .is_some_and(|p| p.contains_key(key))
-    }
-
     /// `COUNT` of the live items whose value at `path` satisfies `probe` exactly, without
     /// reading an item where the index is known to hold the item's current version (one
     /// settled version); the others are returned with a registered reader, to be read and
@@ -877,11 +861,6 @@ impl Walk {
         } else {
             a > b
         }
-    }
-
-    /// The path's position in the index set.
-    pub(crate) fn path(&self) -> usize {
-        self.path
     }
 
     fn collect(&mut self, t: &Tables, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Group> {
@@ -1198,7 +1177,6 @@ mod tests {
         let mut keys: Vec<&[u8]> = p.keys().map(|k| &**k).collect();
         keys.sort_unstable();
         assert_eq!(keys, [b"a", b"b"]);
-        assert!(p.contains_key(b"b") && !p.contains_key(b"c"));
         // Removing a key that holds no entry changes nothing.
         assert!(!p.remove(b"c"));
         assert!(!p.remove(b"a"));

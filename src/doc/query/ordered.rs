@@ -11,12 +11,17 @@
 //! `DESC`) per hold of the index lock, the first ones with the reader's registration; a
 //! group's item keys are sorted when it is taken, which gives the runner's tie order (item key
 //! ascending, in either direction). An entry never decides a row: each item read is placed by
-//! the value it holds now. An item met under a stale entry whose current value lies further
-//! along the walk, where the index holds it too, is skipped here and returned there; an item
-//! is returned at most once. An item that is not written while the query runs keeps its entry
-//! at its value, so it is met exactly there, once. An item written while the walk runs is met
-//! at its old or its new value, or not at all if it moved to a value the walk had passed: the
-//! same as a continued page misses or repeats an item changed in between.
+//! the value it holds now. An item met under an entry whose value lies before the item's
+//! current value is skipped there, never returned out of order: it is returned where the
+//! index holds its current value, if the walk gets there; an item is returned at most once.
+//! An item that is not written while the query runs keeps its entry at its value, so it is
+//! met exactly there, once. An item written while the walk runs is met at its old or its new
+//! value, or not at all: if it moved to a value the walk had passed, or if a transactional
+//! batch moved it after the walk began (the reader shows the item as it was before the
+//! batch, and once the batch settles the index no longer holds that value). Returning such
+//! an item where it was met instead put a row at the wrong place, and a walk that stops
+//! early (`TOP`, a page) then left out unchanged items that belonged before it. The same as
+//! a continued page misses or repeats an item changed in between.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -102,7 +107,6 @@ impl Source for Ordered<'_> {
                 return None;
             }
             let Self {
-                set,
                 walk,
                 picked,
                 current,
@@ -116,8 +120,10 @@ impl Source for Ordered<'_> {
                     return Ok(None);
                 }
                 if let Some(now) = value_at(text, path, written)? {
-                    if walk.is_after(&now, here) && set.holds(walk.path(), &now, key) {
-                        return Ok(None); // met again, and returned, at its own value
+                    if walk.is_after(&now, here) {
+                        // Met again, and returned, at its own value if the index still holds
+                        // it there; else not at all (below).
+                        return Ok(None);
                     }
                 }
                 emitted.insert(key.to_vec());
