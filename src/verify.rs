@@ -418,20 +418,31 @@ fn not_a_document(rec: &Record<'_>) -> Option<String> {
     if crate::doc::skim::fields(rec.value, &[], false, |_, _| {}).is_ok() {
         return None;
     }
-    match serde_json::from_slice::<serde_json::Value>(rec.value) {
+    match crate::doc::stored::parse::<serde_json::Value>(rec.value) {
         Ok(v) if v.is_object() => None,
         Ok(_) => Some("a JSON value that is not an object".to_string()),
         Err(e) => Some(format!("not JSON ({e})")),
     }
 }
 
-/// Reports the records of `path` flagged a document item whose value is not one.
+/// Reports the records of `path` flagged a document item whose value is not one (the first
+/// [`MAX_PER_FILE`], then how many more).
 fn report_documents(path: &Path, bad: &[(u32, String)], report: &mut VerifyReport) {
     for (offset, why) in bad.iter().take(MAX_PER_FILE) {
         report.problem(
             path,
             u64::from(*offset),
             format!("record is flagged a document item but its value is {why}"),
+        );
+    }
+    if bad.len() > MAX_PER_FILE {
+        report.problem(
+            path,
+            0,
+            format!(
+                "{} more records flagged a document item are not one",
+                bad.len() - MAX_PER_FILE
+            ),
         );
     }
 }

@@ -24,7 +24,7 @@ mod precheck;
 pub(crate) mod properties;
 hooked_mod!(query);
 pub(crate) mod skim;
-mod stored;
+pub(crate) mod stored;
 hooked_mod!(validate);
 
 pub use batch::{
