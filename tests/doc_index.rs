@@ -763,3 +763,49 @@ fn dropping_the_database_with_the_indexer_running_closes_the_store() {
         3000
     );
 }
+
+/// A partition key value over the limit is refused (400) before anything is staged in the
+/// index, by every kind of write; the index stays in use. (An engine key over its limit used
+/// to fail inside the write, after staging, which marked the index broken: every later query
+/// scanned.)
+#[test]
+fn an_overlong_partition_key_is_refused_before_the_index_sees_it() {
+    for history in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = common::clock();
+        let db = open(dir.path(), &clock);
+        let c = indexed_with_history(&db, history);
+        c.create_item(&json!({"id": "a", "pk": "p", "n": 1}))
+            .expect("create");
+        let plan = |c: &Container| {
+            c.query_plan(&Query::new("SELECT * FROM c WHERE c.n = 1"))
+                .expect("plan")
+        };
+        assert_eq!(plan(&c), "index /n");
+        let longest = "k".repeat(ebbdb::doc::partition::MAX_PARTITION_KEY_BYTES);
+        c.create_item(&json!({"id": "b", "pk": longest, "n": 1}))
+            .expect("the longest partition key is accepted");
+        for huge in [format!("{longest}x"), "k".repeat(70 * 1024)] {
+            let item = json!({"id": "x", "pk": huge, "n": 1});
+            let e = c.create_item(&item).expect_err("create");
+            assert_eq!(e.status_code(), 400, "{e}");
+            assert!(e.to_string().contains("maximum is 2048"), "{e}");
+            assert_eq!(c.upsert_item(&item).expect_err("upsert").status_code(), 400);
+            let mut batch = TransactionalBatch::new(huge.as_str());
+            batch.upsert_item(&item);
+            let r = c.execute_batch(&batch).expect("batch response");
+            assert_eq!(r.status_code(), 400);
+            let bulk = c.create_items(std::slice::from_ref(&item)).expect("bulk");
+            assert!(
+                matches!(bulk, ebbdb::BulkCreate::Refused(ref r) if r.len() == 1 && r[0].1.status_code() == 400),
+                "{bulk:?}"
+            );
+            assert_eq!(
+                plan(&c),
+                "index /n",
+                "history {history}: the index is in use"
+            );
+        }
+        assert_eq!(ids(&c, "SELECT * FROM c WHERE c.n = 1").len(), 2);
+    }
+}

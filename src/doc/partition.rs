@@ -214,11 +214,17 @@ pub fn validate_path(path: &str) -> Result<()> {
     segments(path).map(|_| ())
 }
 
+/// The longest string partition key value an item may carry, in UTF-8 bytes (Azure Cosmos DB's
+/// limit). Longer ones are refused before anything is written: an engine key holds the value,
+/// and one over the engine's key limit would fail only inside the write, after the document
+/// layer had staged its index changes.
+pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
+
 /// The partition key of `item` at `path` (e.g. `/customerId`, `/address/zip`).
 ///
 /// A value missing at any step (or a step through a non-object) gives
 /// [`PartitionKey::UNDEFINED`], JSON `null` gives [`PartitionKey::NULL`]. An object or array
-/// value, or an invalid path, is a 400 naming the path.
+/// value, a string over [`MAX_PARTITION_KEY_BYTES`], or an invalid path, is a 400 naming the path.
 pub fn extract(item: &Value, path: &str) -> Result<PartitionKey> {
     let mut at = item;
     for seg in segments(path)? {
@@ -231,6 +237,13 @@ pub fn extract(item: &Value, path: &str) -> Result<PartitionKey> {
         Value::Null => Inner::Null,
         Value::Bool(b) => Inner::Bool(*b),
         Value::Number(n) => Inner::Number(canonical(n.as_f64().unwrap_or(f64::NAN))),
+        Value::String(s) if s.len() > MAX_PARTITION_KEY_BYTES => {
+            return Err(Error::BadRequest(format!(
+                "partition key value at path '{path}' is {} bytes long; the maximum is \
+                 {MAX_PARTITION_KEY_BYTES}",
+                s.len()
+            )))
+        }
         Value::String(s) => Inner::String(s.clone()),
         Value::Array(_) | Value::Object(_) => {
             return Err(Error::BadRequest(format!(
