@@ -809,3 +809,77 @@ fn an_overlong_partition_key_is_refused_before_the_index_sees_it() {
         assert_eq!(ids(&c, "SELECT * FROM c WHERE c.n = 1").len(), 2);
     }
 }
+
+/// Queries racing policy changes: a query that planned with an index set that is then replaced
+/// (a changed `includedPaths`) must not answer from it once writes stage only into the new
+/// one. Two items swap values in one batch, so exactly one holds `n = 1` at every instant.
+#[test]
+fn queries_racing_a_policy_change_answer_from_a_set_that_sees_every_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = common::clock();
+    let db = open(dir.path(), &clock);
+    let props = |paths: &[&str]| {
+        ContainerProperties::new("c", "/pk")
+            .with_default_ttl(DefaultTtl::NeverExpire)
+            .with_included_paths(paths.iter().copied())
+    };
+    let c = db.create_container(props(&["/n/?"])).expect("container");
+    c.create_item(&json!({"id": "a", "pk": "p", "n": 1}))
+        .expect("a");
+    c.create_item(&json!({"id": "b", "pk": "p", "n": 2}))
+        .expect("b");
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let changer = s.spawn(|| {
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let paths: &[&str] = if round % 2 == 0 {
+                    &["/n/?", "/m/?"]
+                } else {
+                    &["/n/?"]
+                };
+                db.replace_container(props(paths)).expect("replace");
+                let (one, two) = if round % 2 == 0 {
+                    ("b", "a")
+                } else {
+                    ("a", "b")
+                };
+                let mut batch = TransactionalBatch::new("p");
+                batch
+                    .upsert_item(&json!({"id": one, "pk": "p", "n": 1}))
+                    .upsert_item(&json!({"id": two, "pk": "p", "n": 2}));
+                assert!(c.execute_batch(&batch).expect("batch").is_success());
+                round += 1;
+            }
+            round
+        });
+        let stop_on_panic = StopOnDrop(&stop);
+        for i in 0..3000 {
+            let text = if i % 2 == 0 {
+                "SELECT VALUE c.id FROM c WHERE c.n = 1"
+            } else {
+                "SELECT VALUE COUNT(1) FROM c WHERE c.n = 1"
+            };
+            let got: Vec<Value> = c
+                .query::<Value>(&Query::new(text))
+                .and_then(|r| r.collect())
+                .expect("query");
+            if i % 2 == 0 {
+                assert_eq!(got.len(), 1, "{text}: {got:?}");
+            } else {
+                assert_eq!(got, vec![json!(1)], "{text}");
+            }
+        }
+        drop(stop_on_panic);
+        assert!(changer.join().expect("changer") > 0);
+    });
+}
+
+/// Sets `stop` when dropped, so a failing query (a panic) also stops the other thread.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}

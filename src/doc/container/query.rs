@@ -147,9 +147,27 @@ impl Container {
                     from: from.as_deref(),
                     order,
                 };
-                run_indexed(prepared, &at, page)
+                match run_indexed(prepared, &at, page)? {
+                    Indexed::Done(done) => Ok(done),
+                    // The set was replaced between the plan and the reader's registration.
+                    Indexed::Retired(prepared) => self.run_unindexed(*prepared, pk, from, page),
+                }
             }
-            Plan::Partition(pk) => {
+            Plan::Partition(pk) => self.run_unindexed(prepared, Some(pk), from, page),
+            Plan::Scan => self.run_unindexed(prepared, None, from, page),
+        }
+    }
+
+    /// A partition's prefix scan, or a scan of the container, from the cursor's item if any.
+    fn run_unindexed(
+        &self,
+        prepared: Prepared<'_>,
+        pk: Option<PartitionKey>,
+        from: Option<Vec<u8>>,
+        page: &PageSpec,
+    ) -> Result<(Vec<Out>, Option<Cursor>)> {
+        match pk {
+            Some(pk) => {
                 let prefix = partition::encode_prefix(&pk);
                 match from {
                     // A continued unordered scan seeks to the cursor's item.
@@ -157,7 +175,7 @@ impl Container {
                     None => prepared.run(self.ks.prefix(prefix), page),
                 }
             }
-            Plan::Scan => {
+            None => {
                 let scan = match from {
                     Some(start) => self.ks.range(start..),
                     None => self.ks.iter(),
@@ -202,15 +220,24 @@ struct IndexedAt<'p> {
     order: Option<(Vec<String>, bool)>,
 }
 
+/// What [`run_indexed`] did.
+enum Indexed<'q> {
+    /// The page and its cursor.
+    Done((Vec<Out>, Option<Cursor>)),
+    /// The set turned out retired once the reader was registered (see
+    /// [`IndexSet::is_ready`]): the query, for the caller to scan instead.
+    Retired(Box<Prepared<'q>>),
+}
+
 /// Runs `q` over the items the index probe names (within partition `pk` and from `from` when
 /// given), read through the key directory with a scan's semantics; the whole WHERE runs on
 /// each. An exact `COUNT` reads only the items whose index entry might be stale; an `ORDER
 /// BY` on the probed path walks the index in order and stops when the page is full.
-fn run_indexed(
-    q: Prepared<'_>,
+fn run_indexed<'q>(
+    q: Prepared<'q>,
     at: &IndexedAt<'_>,
     page: &PageSpec,
-) -> Result<(Vec<Out>, Option<Cursor>)> {
+) -> Result<Indexed<'q>> {
     let (set, chosen, from) = (at.set, at.chosen, at.from);
     let prefix = at.pk.map(partition::encode_prefix);
     let keep = |k: &[u8]| {
@@ -218,6 +245,9 @@ fn run_indexed(
     };
     if chosen.exact && q.is_filtered_count() && page.after.is_none() {
         let (n, mut picked, unsure) = set.count(chosen.path, &chosen.probe, keep);
+        if !set.is_ready() {
+            return Ok(Indexed::Retired(Box::new(q)));
+        }
         picked.set_keys(unsure);
         let (rest, _) = q.run(picked, page)?;
         let more = rest
@@ -226,13 +256,21 @@ fn run_indexed(
             .and_then(Value::as_u64)
             .unwrap_or(0);
         let total = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(more);
-        return Ok((vec![Out::Value(Value::from(total))], None));
+        return Ok(Indexed::Done((vec![Out::Value(Value::from(total))], None)));
     }
     if let Some((path, desc)) = &at.order {
         let start = set.ordered(chosen.path, &chosen.probe, *desc, &keep);
-        return q.run_presorted(Ordered::new(set, start, &keep, path.clone()), page);
+        if !set.is_ready() {
+            return Ok(Indexed::Retired(Box::new(q)));
+        }
+        return q
+            .run_presorted(Ordered::new(set, start, &keep, path.clone()), page)
+            .map(Indexed::Done);
     }
     let (mut picked, keys) = set.candidates(chosen.path, &chosen.probe, keep);
+    if !set.is_ready() {
+        return Ok(Indexed::Retired(Box::new(q)));
+    }
     picked.set_keys(keys);
-    q.run(picked, page)
+    q.run(picked, page).map(Indexed::Done)
 }

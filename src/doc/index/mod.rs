@@ -249,6 +249,9 @@ pub(crate) struct IndexSet {
     ready: AtomicBool,
     /// A write's outcome was unknown: rebuild before use.
     broken: AtomicBool,
+    /// Replaced or removed (set under the engine's log mutex): writes no longer stage here,
+    /// so a query that planned with it and registers after this must not use it.
+    retired: AtomicBool,
     t: RwLock<Tables>,
     /// The container's keyspace (the sweep looks keys up in its key directory).
     ks: Keyspace,
@@ -311,6 +314,7 @@ impl IndexSet {
             paths,
             ready: AtomicBool::new(false),
             broken: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             t: RwLock::new(Tables {
                 trees,
                 sweep_at: MIN_SWEEP,
@@ -328,9 +332,17 @@ impl IndexSet {
         &self.paths
     }
 
-    /// True when queries may use the set.
+    /// True when queries may use the set. A query checks again after it registered its
+    /// reader (candidates, walk or count taken): a set retired before that point missed
+    /// writes the reader must see, and the query scans instead.
     pub(crate) fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.broken.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire)
+            && !self.broken.load(Ordering::Acquire)
+            && !self.retired.load(Ordering::SeqCst)
+    }
+
+    fn retire(&self) {
+        self.retired.store(true, Ordering::SeqCst);
     }
 
     fn encode_doc(&self, doc: Option<&Value>) -> Encoded {
@@ -1016,30 +1028,45 @@ impl Registry {
         if fine(&self.get(ks)) {
             return Ok(());
         }
-        if paths.is_empty() {
-            self.sets.lock().remove(&id);
-            return Ok(());
-        }
-        let set = Arc::new(IndexSet::new(paths, ks.clone()));
+        // The old set is retired and the new one registered under the log mutex (an empty
+        // planned write): every write applied before it staged into the old set, every one
+        // after it stages into the new one, and a query still holding the old set sees it
+        // retired if it registers its reader after this point.
+        let set = (!paths.is_empty()).then(|| Arc::new(IndexSet::new(paths, ks.clone())));
         let registered = ks.write_planned(false, |_| {
-            self.sets.lock().insert(id, Arc::clone(&set));
+            let mut sets = self.sets.lock();
+            let old = match &set {
+                Some(set) => sets.insert(id, Arc::clone(set)),
+                None => sets.remove(&id),
+            };
+            if let Some(old) = old {
+                old.retire();
+            }
             Ok(Vec::new())
         });
+        let Some(set) = set else {
+            if registered.is_err() {
+                self.remove(id);
+            }
+            return Ok(());
+        };
         if registered.is_err() {
             // A store that refuses writes: nothing can change, queries scan.
-            self.sets.lock().remove(&id);
+            self.remove(id);
             return Ok(());
         }
         if let Err(e) = set.build() {
-            self.sets.lock().remove(&id);
+            self.remove(id);
             return Err(e);
         }
         Ok(())
     }
 
-    /// Forgets a deleted container's set.
+    /// Forgets a container's set (deleted, or no longer to be used).
     pub(crate) fn remove(&self, ks_id: u32) {
-        self.sets.lock().remove(&ks_id);
+        if let Some(old) = self.sets.lock().remove(&ks_id) {
+            old.retire();
+        }
     }
 
     /// Sweeps every set (after expiry ran).
