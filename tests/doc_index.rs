@@ -833,13 +833,13 @@ fn queries_racing_a_policy_change_answer_from_a_set_that_sees_every_write() {
         let changer = s.spawn(|| {
             let mut round = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let paths: &[&str] = if round % 2 == 0 {
+                let paths: &[&str] = if round.is_multiple_of(2) {
                     &["/n/?", "/m/?"]
                 } else {
                     &["/n/?"]
                 };
                 db.replace_container(props(paths)).expect("replace");
-                let (one, two) = if round % 2 == 0 {
+                let (one, two) = if round.is_multiple_of(2) {
                     ("b", "a")
                 } else {
                     ("a", "b")
