@@ -508,11 +508,17 @@ impl Container {
         q: &Query,
         opts: &QueryOptions,
     ) -> Result<QueryPage<T>> {
+        // A token's cursor means something only in this container and partition scope.
+        let mut scope = self.props.id.as_bytes().to_vec();
+        scope.push(0);
+        if let Some(pk) = &opts.partition_key {
+            scope.extend_from_slice(&partition::encode_prefix(pk));
+        }
         let page = PageSpec {
             after: opts
                 .continuation
                 .as_deref()
-                .map(|token| super::query::decode_continuation(token, q))
+                .map(|token| super::query::decode_continuation(token, q, &scope))
                 .transpose()?,
             max: Some(opts.max_item_count.unwrap_or(100).max(1)),
         };
@@ -523,7 +529,7 @@ impl Container {
             .collect::<Result<Vec<T>>>()?;
         Ok(QueryPage {
             items,
-            continuation: cursor.map(|c| super::query::encode_continuation(&c, q)),
+            continuation: cursor.map(|c| super::query::encode_continuation(&c, q, &scope)),
         })
     }
 

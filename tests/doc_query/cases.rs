@@ -695,4 +695,23 @@ fn a_continuation_only_resumes_its_own_query() {
             .expect_err("foreign or damaged token");
         assert_eq!(e.status_code(), 400);
     }
+    // Nor another partition's or container's page of the same query: the cursor is an item
+    // key, meaningful only where it was taken.
+    let unordered = Query::new("SELECT VALUE c.id FROM c");
+    let in_a = QueryOptions::default().partition_key("a").max_item_count(1);
+    let first = c.query_page::<Value>(&unordered, &in_a).expect("page");
+    let token = first.continuation.expect("partition a has two items");
+    let resumed = c
+        .query_page::<Value>(&unordered, &in_a.clone().continuation(Some(token.clone())))
+        .expect("same scope");
+    assert_eq!(resumed.items.len(), 1);
+    let in_b = QueryOptions::default().partition_key("b").continuation(Some(token.clone()));
+    let e = c.query_page::<Value>(&unordered, &in_b).expect_err("another partition");
+    assert_eq!(e.status_code(), 400);
+    let everywhere = QueryOptions::default().continuation(Some(token.clone()));
+    let e = c.query_page::<Value>(&unordered, &everywhere).expect_err("no partition");
+    assert_eq!(e.status_code(), 400);
+    let other = _db.create_container(props("other", "/pk")).expect("container");
+    let e = other.query_page::<Value>(&unordered, &in_a.clone().continuation(Some(token))).expect_err("another container");
+    assert_eq!(e.status_code(), 400);
 }

@@ -118,10 +118,12 @@ impl QueryOptions {
 }
 
 /// Identifies a query (text and parameters) so a continuation cannot resume another one.
-fn fingerprint(q: &Query) -> u32 {
+fn fingerprint(q: &Query, scope: &[u8]) -> u32 {
     let mut params: Vec<(&String, &Value)> = q.params.iter().collect();
     params.sort_by(|a, b| a.0.cmp(b.0));
     let mut h = crc32fast::Hasher::new();
+    h.update(&(scope.len() as u64).to_le_bytes());
+    h.update(scope);
     h.update(q.text.as_bytes());
     for (k, v) in params {
         h.update(k.as_bytes());
@@ -131,9 +133,9 @@ fn fingerprint(q: &Query) -> u32 {
 }
 
 /// A checksum of a continuation's cursor, tied to its query.
-fn body_check(body: &Value, q: &Query) -> u32 {
+fn body_check(body: &Value, q: &Query, scope: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
-    h.update(&fingerprint(q).to_le_bytes());
+    h.update(&fingerprint(q, scope).to_le_bytes());
     h.update(canonical(body).as_bytes());
     h.finalize()
 }
@@ -153,7 +155,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 /// The opaque continuation token of `cursor` for query `q` (JSON text).
-pub(crate) fn encode_continuation(cursor: &Cursor, q: &Query) -> String {
+pub(crate) fn encode_continuation(cursor: &Cursor, q: &Query, scope: &[u8]) -> String {
     let body = match cursor {
         Cursor::After {
             keys,
@@ -171,19 +173,21 @@ pub(crate) fn encode_continuation(cursor: &Cursor, q: &Query) -> String {
         }),
         Cursor::Index(i) => serde_json::json!({ "x": i }),
     };
-    let check = body_check(&body, q);
-    serde_json::json!({"v": 1, "q": fingerprint(q), "c": body, "h": check}).to_string()
+    let check = body_check(&body, q, scope);
+    serde_json::json!({"v": 1, "q": fingerprint(q, scope), "c": body, "h": check}).to_string()
 }
 
-/// Reads a continuation token back; 400 if it is malformed or belongs to another query.
-pub(crate) fn decode_continuation(token: &str, q: &Query) -> Result<Cursor> {
+/// Reads a continuation token back; 400 if it is malformed or belongs to another query or
+/// scope (`scope`: the container and the partition the query was confined to, which the
+/// token's cursor is only meaningful within).
+pub(crate) fn decode_continuation(token: &str, q: &Query, scope: &[u8]) -> Result<Cursor> {
     let invalid = || bad("the continuation token is not valid for this query");
     let v: Value = serde_json::from_str(token).map_err(|_| invalid())?;
-    if v["v"] != 1 || v["q"].as_u64() != Some(u64::from(fingerprint(q))) {
+    if v["v"] != 1 || v["q"].as_u64() != Some(u64::from(fingerprint(q, scope))) {
         return Err(invalid());
     }
     let c = &v["c"];
-    if v["h"].as_u64() != Some(u64::from(body_check(c, q))) {
+    if v["h"].as_u64() != Some(u64::from(body_check(c, q, scope))) {
         return Err(invalid()); // damaged in transit or by hand
     }
     if let Some(i) = c["x"].as_u64() {
