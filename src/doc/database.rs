@@ -152,7 +152,7 @@ impl Database {
         if !self.system.contains_key(props.id.as_bytes())? {
             return self.create_locked(props);
         }
-        let existing = self.container(&props.id)?;
+        let existing = self.container_locked(&props.id)?;
         let path = &existing.properties().partition_key_path;
         if *path != props.partition_key_path {
             return Err(Error::BadRequest(format!(
@@ -225,6 +225,14 @@ impl Database {
     /// # Errors
     /// 404 if there is none.
     pub fn container(&self, id: &str) -> Result<Container> {
+        // Under the catalogue lock, so a `replace_container` cannot change the policy between
+        // reading the properties and making sure of their index (which would install the old
+        // policy's index over the new one's).
+        let _catalog = self.catalog.lock();
+        self.container_locked(id)
+    }
+
+    fn container_locked(&self, id: &str) -> Result<Container> {
         let mut props = self.properties(id)?;
         let ks = self.container_keyspace(&props)?;
         props.default_ttl = ks.default_ttl();
