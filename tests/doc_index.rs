@@ -853,7 +853,7 @@ fn queries_racing_a_policy_change_answer_from_a_set_that_sees_every_write() {
             }
             round
         });
-        let stop_on_panic = StopOnDrop(&stop);
+        let stop_on_panic = common::StopOnDrop(&stop);
         for i in 0..3000 {
             let text = if i % 2 == 0 {
                 "SELECT VALUE c.id FROM c WHERE c.n = 1"
@@ -873,13 +873,4 @@ fn queries_racing_a_policy_change_answer_from_a_set_that_sees_every_write() {
         drop(stop_on_panic);
         assert!(changer.join().expect("changer") > 0);
     });
-}
-
-/// Sets `stop` when dropped, so a failing query (a panic) also stops the other thread.
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
 }

@@ -219,15 +219,6 @@ fn check_walk(got: &[Value], history: &History, paged: bool, what: &str) {
     assert_eq!(unchanged, 200, "{what}: every unchanged item exactly once");
 }
 
-/// Sets `stop` when dropped, so a failing walk (a panic) also stops the mover thread.
-struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// Pages of an ordered walk with a transactional batch committed between every two pages.
 #[test]
 fn pages_of_an_index_walk_survive_batches_moving_items_between_them() {
@@ -274,6 +265,33 @@ fn pages_of_an_index_walk_survive_batches_moving_items_between_them() {
     }
 }
 
+/// Runs `walk(i)` for `i` in `0..walks` while another thread keeps committing batches that
+/// move items ([`move_four`]), and checks that thread ran.
+fn racing_batches(
+    c: &Container,
+    history: &std::sync::Mutex<History>,
+    walks: usize,
+    mut walk: impl FnMut(usize),
+) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let mover = s.spawn(|| {
+            let mut round = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                move_four(c, history, round);
+                round += 1;
+            }
+            round
+        });
+        let guard = common::StopOnDrop(&stop);
+        for i in 0..walks {
+            walk(i);
+        }
+        drop(guard);
+        assert!(mover.join().expect("mover") > 0, "the mover ran");
+    });
+}
+
 /// Ordered walks racing a thread that commits transactional batches moving items.
 #[test]
 fn an_index_walk_racing_batches_that_move_items() {
@@ -287,31 +305,16 @@ fn an_index_walk_racing_batches_that_move_items() {
     ] {
         assert_eq!(c.query_plan(&Query::new(text)).expect("plan"), "index /n");
     }
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let mover = s.spawn(|| {
-            let mut round = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                move_four(&c, &history, round);
-                round += 1;
-            }
-            round
-        });
-        let guard = StopOnDrop(&stop);
-        for walk in 0..300 {
-            let text = if walk % 2 == 0 {
-                "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n"
-            } else {
-                "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n BETWEEN 0 AND 1000 ORDER BY c.n"
-            };
-            let got = rows(&c, text);
-            // The mover records a value before its batch commits, so every value read is
-            // in the history by now.
-            check_walk(&got, &history.lock().expect("history"), false, text);
-        }
-        drop(guard);
-        let rounds = mover.join().expect("mover");
-        assert!(rounds > 0, "the mover ran");
+    racing_batches(&c, &history, 300, |walk| {
+        let text = if walk % 2 == 0 {
+            "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n"
+        } else {
+            "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n BETWEEN 0 AND 1000 ORDER BY c.n"
+        };
+        let got = rows(&c, text);
+        // The mover records a value before its batch commits, so every value read is
+        // in the history by now.
+        check_walk(&got, &history.lock().expect("history"), false, text);
     });
 }
 
@@ -327,39 +330,25 @@ fn an_index_walk_that_stops_early_racing_batches_returns_a_prefix() {
     let history = std::sync::Mutex::new(history);
     let text = "SELECT TOP 150 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n";
     assert_eq!(c.query_plan(&Query::new(text)).expect("plan"), "index /n");
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let mover = s.spawn(|| {
-            let mut round = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                move_four(&c, &history, round);
-                round += 1;
-            }
-            round
-        });
-        let guard = StopOnDrop(&stop);
-        for _ in 0..400 {
-            let got = rows(&c, text);
-            assert_eq!(got.len(), 150);
-            let top = got
-                .iter()
-                .filter_map(|r| r["n"].as_u64())
-                .max()
-                .expect("rows");
-            let ids: std::collections::HashSet<&str> =
-                got.iter().filter_map(|r| r["id"].as_str()).collect();
-            for i in 0..200u64 {
-                if i * 2 < top {
-                    let id = format!("s{i:03}");
-                    assert!(
-                        ids.contains(id.as_str()),
-                        "{id} (n = {}) missing below {top}",
-                        i * 2
-                    );
-                }
+    racing_batches(&c, &history, 400, |_| {
+        let got = rows(&c, text);
+        assert_eq!(got.len(), 150);
+        let top = got
+            .iter()
+            .filter_map(|r| r["n"].as_u64())
+            .max()
+            .expect("rows");
+        let ids: std::collections::HashSet<&str> =
+            got.iter().filter_map(|r| r["id"].as_str()).collect();
+        for i in 0..200u64 {
+            if i * 2 < top {
+                let id = format!("s{i:03}");
+                assert!(
+                    ids.contains(id.as_str()),
+                    "{id} (n = {}) missing below {top}",
+                    i * 2
+                );
             }
         }
-        drop(guard);
-        assert!(mover.join().expect("mover") > 0, "the mover ran");
     });
 }
