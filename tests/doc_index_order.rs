@@ -31,9 +31,19 @@ fn rows(c: &Container, text: &str) -> Vec<Value> {
 }
 
 fn paged(c: &Container, text: &str, size: usize) -> Vec<Value> {
+    paged_with(c, text, size, |_, _| {})
+}
+
+/// Every row of `text` in pages of `size`, calling `between(i, page)` after page `i`.
+fn paged_with(
+    c: &Container,
+    text: &str,
+    size: usize,
+    mut between: impl FnMut(u64, &[Value]),
+) -> Vec<Value> {
     let mut out = Vec::new();
     let mut token = None;
-    loop {
+    for i in 0.. {
         let page = c
             .query_page::<Value>(
                 &Query::new(text),
@@ -42,12 +52,14 @@ fn paged(c: &Container, text: &str, size: usize) -> Vec<Value> {
                     .continuation(token),
             )
             .unwrap_or_else(|e| panic!("{text}: {e}"));
+        between(i, &page.items);
         out.extend(page.items);
         match page.continuation {
             Some(t) => token = Some(t),
-            None => return out,
+            None => break,
         }
     }
+    out
 }
 
 /// Items with repeated values (1 and 1.0 alike), values of other types at the path, missing
@@ -177,6 +189,19 @@ fn moving_setup(db: &Database) -> (Container, History) {
     (c, history)
 }
 
+/// [`moving_setup`] in a fresh database, its history behind a lock the mover shares.
+fn moving() -> (
+    tempfile::TempDir,
+    Database,
+    Container,
+    std::sync::Mutex<History>,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Database::open_with(dir.path(), common::opts(&common::clock())).expect("open");
+    let (c, history) = moving_setup(&db);
+    (dir, db, c, std::sync::Mutex::new(history))
+}
+
 /// One batch moving four items to new odd values, some behind a walk, some ahead of it.
 fn move_four(c: &Container, history: &std::sync::Mutex<History>, round: u64) {
     let mut b = ebbdb::TransactionalBatch::new("p");
@@ -222,10 +247,7 @@ fn check_walk(got: &[Value], history: &History, paged: bool, what: &str) {
 /// Pages of an ordered walk with a transactional batch committed between every two pages.
 #[test]
 fn pages_of_an_index_walk_survive_batches_moving_items_between_them() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = Database::open_with(dir.path(), common::opts(&common::clock())).expect("open");
-    let (c, history) = moving_setup(&db);
-    let history = std::sync::Mutex::new(history);
+    let (_dir, _db, c, history) = moving();
     for (size, text) in [
         (7, "SELECT c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n"),
         (
@@ -234,33 +256,18 @@ fn pages_of_an_index_walk_survive_batches_moving_items_between_them() {
         ),
     ] {
         assert_eq!(c.query_plan(&Query::new(text)).expect("plan"), "index /n");
-        let mut got = Vec::new();
-        let mut token = None;
-        for round in 0.. {
-            let page = c
-                .query_page::<Value>(
-                    &Query::new(text),
-                    &QueryOptions::default()
-                        .max_item_count(size)
-                        .continuation(token),
-                )
-                .expect("page");
+        let got = paged_with(&c, text, size, |round, page| {
             // One page is one query: no item twice within it.
             let mut ids = std::collections::HashSet::new();
-            for row in &page.items {
+            for row in page {
                 assert!(
                     ids.insert(row["id"].clone()),
                     "{text}: {} twice in a page",
                     row["id"]
                 );
             }
-            got.extend(page.items);
-            match page.continuation {
-                Some(t) => token = Some(t),
-                None => break,
-            }
             move_four(&c, &history, round);
-        }
+        });
         check_walk(&got, &history.lock().expect("history"), true, text);
     }
 }
@@ -295,10 +302,7 @@ fn racing_batches(
 /// Ordered walks racing a thread that commits transactional batches moving items.
 #[test]
 fn an_index_walk_racing_batches_that_move_items() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = Database::open_with(dir.path(), common::opts(&common::clock())).expect("open");
-    let (c, history) = moving_setup(&db);
-    let history = std::sync::Mutex::new(history);
+    let (_dir, _db, c, history) = moving();
     for text in [
         "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n",
         "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n BETWEEN 0 AND 1000 ORDER BY c.n",
@@ -324,10 +328,7 @@ fn an_index_walk_racing_batches_that_move_items() {
 /// lies below the largest value returned must be there: nothing may stand in its place.
 #[test]
 fn an_index_walk_that_stops_early_racing_batches_returns_a_prefix() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = Database::open_with(dir.path(), common::opts(&common::clock())).expect("open");
-    let (c, history) = moving_setup(&db);
-    let history = std::sync::Mutex::new(history);
+    let (_dir, _db, c, history) = moving();
     let text = "SELECT TOP 150 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n";
     assert_eq!(c.query_plan(&Query::new(text)).expect("plan"), "index /n");
     racing_batches(&c, &history, 400, |_| {
