@@ -152,7 +152,7 @@ impl Database {
         if !self.system.contains_key(props.id.as_bytes())? {
             return self.create_locked(props);
         }
-        let existing = self.container_locked(&props.id)?;
+        let existing = self.container(&props.id)?;
         let path = &existing.properties().partition_key_path;
         if *path != props.partition_key_path {
             return Err(Error::BadRequest(format!(
@@ -225,19 +225,22 @@ impl Database {
     /// # Errors
     /// 404 if there is none.
     pub fn container(&self, id: &str) -> Result<Container> {
-        // Under the catalogue lock, so a `replace_container` cannot change the policy between
-        // reading the properties and making sure of their index (which would install the old
-        // policy's index over the new one's).
-        let _catalog = self.catalog.lock();
-        self.container_locked(id)
-    }
-
-    fn container_locked(&self, id: &str) -> Result<Container> {
         let mut props = self.properties(id)?;
-        let ks = self.container_keyspace(&props)?;
-        props.default_ttl = ks.default_ttl();
-        self.indexes.ensure(&ks, props.indexed_paths()?)?;
-        Ok(Container::new(self.clone(), props, ks))
+        loop {
+            let ks = self.container_keyspace(&props)?;
+            props.default_ttl = ks.default_ttl();
+            let paths = props.indexed_paths()?;
+            self.indexes.ensure(&ks, paths.clone())?;
+            // A `replace_container` between reading the properties and making sure of their
+            // index would have had its new policy's index replaced by the old one's: read
+            // them again, and make sure of the newer ones. (Not under the catalogue lock,
+            // which a replace holds while it builds an index: opens would wait that long.)
+            let now = self.properties(id)?;
+            if now.indexed_paths()? == paths {
+                return Ok(Container::new(self.clone(), props, ks));
+            }
+            props = now;
+        }
     }
 
     fn properties(&self, id: &str) -> Result<ContainerProperties> {
