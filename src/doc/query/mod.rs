@@ -174,7 +174,8 @@ pub(crate) fn encode_continuation(cursor: &Cursor, q: &Query, scope: &[u8]) -> S
         Cursor::Index(i) => serde_json::json!({ "x": i }),
     };
     let check = body_check(&body, q, scope);
-    serde_json::json!({"v": 1, "q": fingerprint(q, scope), "c": body, "h": check}).to_string()
+    // Format 2: the fingerprint covers the scope (format 1, without it, is refused).
+    serde_json::json!({"v": 2, "q": fingerprint(q, scope), "c": body, "h": check}).to_string()
 }
 
 /// Reads a continuation token back; 400 if it is malformed or belongs to another query or
@@ -183,7 +184,7 @@ pub(crate) fn encode_continuation(cursor: &Cursor, q: &Query, scope: &[u8]) -> S
 pub(crate) fn decode_continuation(token: &str, q: &Query, scope: &[u8]) -> Result<Cursor> {
     let invalid = || bad("the continuation token is not valid for this query");
     let v: Value = serde_json::from_str(token).map_err(|_| invalid())?;
-    if v["v"] != 1 || v["q"].as_u64() != Some(u64::from(fingerprint(q, scope))) {
+    if v["v"] != 2 || v["q"].as_u64() != Some(u64::from(fingerprint(q, scope))) {
         return Err(invalid());
     }
     let c = &v["c"];
