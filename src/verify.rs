@@ -35,7 +35,7 @@ use crate::format::hint::{self, HINT_FOOTER_LEN};
 use crate::format::record::{Kind, Meta, Record, FLAG_DOC};
 use crate::format::{DecodeError, SegmentHeader, FORMAT_VERSION, SEGMENT_HEADER_LEN};
 use crate::log::manifest::Manifest;
-use crate::log::scan::scan_all;
+use crate::log::scan::{scan_all, Damage};
 use crate::log::{hint_path, parse_file_name, segment_path, segment_tmp_path};
 
 /// Most findings reported per file for one kind of mismatch (the rest are counted).
@@ -395,15 +395,23 @@ struct Seen {
     key: Vec<u8>,
 }
 
-impl Seen {
-    fn new(offset: u32, len: u32, rec: &Record<'_>) -> Self {
-        Seen {
+/// Every record of `bytes[..end]` that decodes, the DOC puts among them that hold no
+/// document (offset and why), and the damaged ranges.
+fn scan_records(bytes: &[u8], end: usize) -> (Vec<Seen>, Vec<(u32, String)>, Vec<Damage>) {
+    let mut records = Vec::new();
+    let mut bad_docs = Vec::new();
+    let damage = scan_all(bytes, end, |offset, len, rec| {
+        records.push(Seen {
             offset,
             len,
             meta: rec.meta,
             key: rec.key.to_vec(),
+        });
+        if let Some(why) = not_a_document(rec) {
+            bad_docs.push((offset, why));
         }
-    }
+    });
+    (records, bad_docs, damage)
 }
 
 /// For a put flagged `DOC` (written by the document layer as one JSON object): why its value
@@ -413,12 +421,9 @@ fn not_a_document(rec: &Record<'_>) -> Option<String> {
     if rec.meta.kind != Kind::Put || rec.meta.flags & FLAG_DOC == 0 {
         return None;
     }
-    // The document layer's checking skim vouches for most items without building anything;
-    // what it cannot vouch for, the parser decides.
-    if crate::doc::skim::fields(rec.value, &[], false, |_, _| {}).is_ok() {
-        return None;
-    }
-    match crate::doc::stored::parse::<serde_json::Value>(rec.value) {
+    // Read as a query reads an item naming no property: the checking skim vouches for most
+    // without building anything, the parser decides the rest.
+    match crate::doc::stored::parse_fields(rec.value, &[], false) {
         Ok(v) if v.is_object() => None,
         Ok(_) => Some("a JSON value that is not an object".to_string()),
         Err(e) => Some(format!("not JSON ({e})")),
@@ -512,14 +517,7 @@ fn check_sealed(
         return Vec::new();
     }
     let end = usize::try_from(len.min(listed_len)).unwrap_or(usize::MAX);
-    let mut records = Vec::new();
-    let mut bad_docs = Vec::new();
-    let damage = scan_all(bytes, end, |offset, len, rec| {
-        records.push(Seen::new(offset, len, rec));
-        if let Some(why) = not_a_document(rec) {
-            bad_docs.push((offset, why));
-        }
-    });
+    let (records, bad_docs, damage) = scan_records(bytes, end);
     for d in damage {
         report.problem(
             path,
@@ -549,14 +547,7 @@ fn check_active(
     if !check_header(path, id, bytes, report) {
         return;
     }
-    let mut records = Vec::new();
-    let mut bad_docs = Vec::new();
-    let damage = scan_all(bytes, bytes.len(), |offset, len, rec| {
-        records.push(Seen::new(offset, len, rec));
-        if let Some(why) = not_a_document(rec) {
-            bad_docs.push((offset, why));
-        }
-    });
+    let (records, bad_docs, damage) = scan_records(bytes, bytes.len());
     // A damaged range running to the end of the file is the tail (as opening sees it).
     let (tail, interior) = match damage.split_last() {
         Some((last, rest)) if last.end == bytes.len() => (Some(*last), rest),

@@ -303,18 +303,15 @@ fn racing_batches(
 #[test]
 fn an_index_walk_racing_batches_that_move_items() {
     let (_dir, _db, c, history) = moving();
-    for text in [
+    let texts = [
         "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n",
         "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n BETWEEN 0 AND 1000 ORDER BY c.n",
-    ] {
+    ];
+    for text in texts {
         assert_eq!(c.query_plan(&Query::new(text)).expect("plan"), "index /n");
     }
     racing_batches(&c, &history, 300, |walk| {
-        let text = if walk % 2 == 0 {
-            "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n >= 0 ORDER BY c.n"
-        } else {
-            "SELECT TOP 1000 c.id, c.n FROM c WHERE c.n BETWEEN 0 AND 1000 ORDER BY c.n"
-        };
+        let text = texts[walk % texts.len()];
         let got = rows(&c, text);
         // The mover records a value before its batch commits, so every value read is
         // in the history by now.

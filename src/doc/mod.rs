@@ -23,7 +23,7 @@ hooked_mod!(partition);
 mod precheck;
 pub(crate) mod properties;
 hooked_mod!(query);
-pub(crate) mod skim;
+mod skim;
 pub(crate) mod stored;
 hooked_mod!(validate);
 

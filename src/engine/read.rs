@@ -23,6 +23,17 @@ pub(crate) enum SegRef {
     Active(Arc<ActiveFile>),
 }
 
+impl SegRef {
+    /// The bytes at `offset` where they are mapped (a sealed segment, or the flushed part of
+    /// the active one), unchecked.
+    pub(crate) fn mapped(&self, offset: u32, len: u32) -> Option<&[u8]> {
+        match self {
+            SegRef::Sealed(s) => s.read(offset, len),
+            SegRef::Active(a) => a.read_mapped(offset, len),
+        }
+    }
+}
+
 impl Inner {
     /// The segment holding `e`. Call while holding the keyspace's read lock.
     pub(crate) fn locate(&self, e: &Entry) -> Option<SegRef> {

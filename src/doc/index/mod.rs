@@ -1044,17 +1044,14 @@ impl Registry {
             }
             Ok(Vec::new())
         });
-        let Some(set) = set else {
-            if registered.is_err() {
-                self.remove(id);
-            }
-            return Ok(());
-        };
         if registered.is_err() {
             // A store that refuses writes: nothing can change, queries scan.
             self.remove(id);
             return Ok(());
         }
+        let Some(set) = set else {
+            return Ok(()); // no paths: the old set, if any, is gone
+        };
         if let Err(e) = set.build() {
             self.remove(id);
             return Err(e);

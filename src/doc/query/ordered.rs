@@ -18,10 +18,10 @@
 //! met exactly there, once. An item written while the walk runs is met at its old or its new
 //! value, or not at all: if it moved to a value the walk had passed, or if a transactional
 //! batch moved it after the walk began (the reader shows the item as it was before the
-//! batch, and once the batch settles the index no longer holds that value). Returning such
-//! an item where it was met instead put a row at the wrong place, and a walk that stops
-//! early (`TOP`, a page) then left out unchanged items that belonged before it. The same as
-//! a continued page misses or repeats an item changed in between.
+//! batch, and once the batch settles the index no longer holds that value): the same as a
+//! continued page misses or repeats an item changed in between. Returning it where it was
+//! met would put a row out of order, and a walk that stops early would then leave out
+//! unchanged items that belong before it.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -121,8 +121,8 @@ impl Source for Ordered<'_> {
                 }
                 if let Some(now) = value_at(text, path, written)? {
                     if walk.is_after(&now, here) {
-                        // Met again, and returned, at its own value if the index still holds
-                        // it there; else not at all (below).
+                        // Returned at its own value if the index holds it there, else not at
+                        // all: never out of order.
                         return Ok(None);
                     }
                 }

@@ -16,8 +16,9 @@ use crate::ttl::ItemTtl;
 impl Keyspace {
     /// Writes every `(key, value, ttl)` of `puts` as one atomic batch at `at_ms` (taken from
     /// `Store::now_unix_millis` and stamped into the values), but only if none of the keys
-    /// is live at that instant. The values are document items (record flag `DOC`). Returns the indexes (into `puts`) of the keys that are live;
-    /// when it is non-empty nothing was written. The caller makes the keys distinct.
+    /// is live at that instant. The values are document items (record flag `DOC`). Returns
+    /// the indexes (into `puts`) of the keys that are live; when it is non-empty nothing was
+    /// written. The caller makes the keys distinct.
     /// `on_free` runs under the log mutex once every key is known to be free, just before the
     /// batch is appended (the document layer stages its index entries there).
     ///

@@ -176,12 +176,11 @@ fn warm<'a>(chunk: impl Iterator<Item = &'a Shown>, segs: &[(u32, SegRef)]) {
     let mut sum = 0u8;
     for shown in chunk {
         let Shown::Entry(e) = shown else { continue };
-        let bytes = match segs.iter().find(|(id, _)| *id == e.file) {
-            Some((_, SegRef::Sealed(s))) => s.read(e.offset, e.len),
-            Some((_, SegRef::Active(a))) => a.read_mapped(e.offset, e.len),
-            None => None,
-        };
-        let bytes = bytes.unwrap_or_default();
+        let bytes = segs
+            .iter()
+            .find(|(id, _)| *id == e.file)
+            .and_then(|(_, seg)| seg.mapped(e.offset, e.len))
+            .unwrap_or_default();
         // Every 64th byte, and the last: a record need not start on a cache line.
         for b in bytes.iter().step_by(64).chain(bytes.last()) {
             sum = sum.wrapping_add(*b);
