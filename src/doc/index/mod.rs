@@ -4,8 +4,8 @@
 //! - `policy.rs`: the Cosmos path strings and which of them are indexed.
 //! - `encode.rs`: the order-preserving encoding of indexed values.
 //! - this file: [`IndexSet`] (one per container: per path a `BTreeMap` from encoded value to
-//!   the item keys holding it, each with a version count, and per item key the versions whose
-//!   entries it holds), the [`Registry`]
+//!   the item keys holding it, each with a version count and an expiry mark, and per item key
+//!   the versions whose entries it holds), the [`Registry`]
 //!   of a database's index sets, and the write and query protocols.
 //!
 //! The index is derived state: never persisted, built from the key directory when a container
@@ -37,7 +37,7 @@ pub(crate) mod encode;
 mod keyhash;
 pub(crate) mod policy;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -144,7 +144,8 @@ fn may_expire(doc: Option<&Value>) -> bool {
     })
 }
 
-/// The item keys holding one value at one path, with their version counts. Unordered: a
+/// The item keys holding one value at one path, with their version counts (and the
+/// [`MAY_EXPIRE`] mark). Unordered: a
 /// query sorts the candidates it collects (several values or ranges need merging anyway), and
 /// an insert is a hash, not a search comparing keys that share long prefixes. A value held by
 /// one key (a unique number, an id-like field) keeps it inline: no table to allocate, hash
@@ -157,21 +158,28 @@ enum Postings {
     Many(Box<HashMap<ItemKey, u32, KeyHash>>),
 }
 
+/// Set in a posting's count once a version that might expire (by its own `ttl`) held the
+/// value, and kept until no version of the key holds it: an exact count looks such a key up
+/// in the key directory, and one marked needlessly costs only that lookup.
+const MAY_EXPIRE: u32 = 1 << 31;
+
 impl Postings {
-    /// Counts one more version of `key` holding this value.
-    fn add(&mut self, key: &ItemKey, hash: KeyHash) {
+    /// Counts one more version of `key` holding this value (`expires`: that version might
+    /// expire).
+    fn add(&mut self, key: &ItemKey, hash: KeyHash, expires: bool) {
+        let mark = if expires { MAY_EXPIRE } else { 0 };
         match self {
-            Postings::One(k, n) if **k == **key => *n += 1,
+            Postings::One(k, n) if **k == **key => *n = (*n + 1) | mark,
             Postings::One(k, n) => {
                 let mut m = HashMap::with_capacity_and_hasher(2, hash);
                 m.insert(Arc::clone(k), *n);
-                m.insert(Arc::clone(key), 1);
+                m.insert(Arc::clone(key), 1 | mark);
                 *self = Postings::Many(Box::new(m));
             }
             Postings::Many(m) => match m.get_mut(&**key) {
-                Some(n) => *n += 1,
+                Some(n) => *n = (*n + 1) | mark,
                 None => {
-                    m.insert(Arc::clone(key), 1);
+                    m.insert(Arc::clone(key), 1 | mark);
                 }
             },
         }
@@ -184,18 +192,29 @@ impl Postings {
                 if **k == *key {
                     *n -= 1;
                 }
-                *n == 0
+                *n & !MAY_EXPIRE == 0
             }
             Postings::Many(m) => {
                 if let Some(n) = m.get_mut(key) {
                     *n -= 1;
-                    if *n == 0 {
+                    if *n & !MAY_EXPIRE == 0 {
                         m.remove(key);
                     }
                 }
                 m.is_empty()
             }
         }
+    }
+
+    /// The keys with whether a version that might expire held the value.
+    fn marked(&self) -> impl Iterator<Item = (&ItemKey, bool)> {
+        let (one, many) = match self {
+            Postings::One(k, n) => (Some((k, n)), None),
+            Postings::Many(m) => (None, Some(m.iter())),
+        };
+        one.into_iter()
+            .chain(many.into_iter().flatten())
+            .map(|(k, n)| (k, n & MAY_EXPIRE != 0))
     }
 
     fn keys(&self) -> impl Iterator<Item = &ItemKey> {
@@ -232,6 +251,10 @@ struct Tables {
     trees: Vec<BTreeMap<ValueKey, Postings>>,
     /// Item key → the versions with entries (oldest first; usually one).
     by_key: HashMap<ItemKey, SmallVec<[Version; 1]>, KeyHash>,
+    /// The keys of `by_key` that have a pending or more than one version (the writes in
+    /// flight and those the indexer has not caught up with: few), so that an exact count can
+    /// tell a key with one settled version without looking it up in `by_key`.
+    unsure: HashSet<ItemKey, KeyHash>,
     /// Sweep when `by_key` grows past this.
     sweep_at: usize,
     /// The key directory's departure count the last complete sweep dealt with (read when it
@@ -356,14 +379,16 @@ impl IndexSet {
         out
     }
 
-    fn add_entries(&self, t: &mut Tables, key: &ItemKey, enc: &[u8]) {
+    fn add_entries(&self, t: &mut Tables, key: &ItemKey, enc: &[u8], expires: bool) {
         let hash = t.hash;
+        let mark = if expires { MAY_EXPIRE } else { 0 };
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
                 match tree.get_mut(v) {
-                    Some(p) => p.add(key, hash),
+                    Some(p) => p.add(key, hash, expires),
                     None => {
-                        tree.insert(ValueKey::from_slice(v), Postings::One(Arc::clone(key), 1));
+                        let p = Postings::One(Arc::clone(key), 1 | mark);
+                        tree.insert(ValueKey::from_slice(v), p);
                     }
                 }
             }
@@ -385,6 +410,21 @@ impl IndexSet {
 
     fn all_absent(enc: &[u8]) -> bool {
         enc.iter().all(|&b| b == encode::ABSENT)
+    }
+
+    /// Brings `key`'s membership of [`Tables::unsure`] in step with its versions, after they
+    /// changed: a member while it has a pending or more than one version.
+    fn track(t: &mut Tables, key: &[u8]) {
+        match t.by_key.get_key_value(key) {
+            Some((k, list)) if !matches!(list.as_slice(), [v] if !v.pending) => {
+                if !t.unsure.contains(key) {
+                    t.unsure.insert(Arc::clone(k));
+                }
+            }
+            _ => {
+                t.unsure.remove(key);
+            }
+        }
     }
 
     /// Queues the version a write is about to apply (`None`: a delete). Called under the
@@ -418,14 +458,15 @@ impl IndexSet {
     fn apply_stage(&self, t: &mut Tables, key: &ItemKey, v: Version) {
         if let Some((shared, _)) = t.by_key.get_key_value(&**key) {
             let shared = Arc::clone(shared);
-            self.add_entries(t, &shared, &v.enc);
+            self.add_entries(t, &shared, &v.enc, v.may_expire);
             if let Some(list) = t.by_key.get_mut(&**key) {
                 list.push(v);
             }
         } else {
-            self.add_entries(t, key, &v.enc);
+            self.add_entries(t, key, &v.enc, v.may_expire);
             t.by_key.insert(Arc::clone(key), smallvec::smallvec![v]);
         }
+        Self::track(t, key);
     }
 
     /// After version `id` of `key` was applied: the key's older versions go, this one is
@@ -439,6 +480,7 @@ impl IndexSet {
         if let [v] = list.as_mut_slice() {
             if v.id == id && !(built && Self::all_absent(&v.enc)) {
                 v.pending = false;
+                t.unsure.remove(key);
                 return;
             }
         }
@@ -463,6 +505,7 @@ impl IndexSet {
         } else {
             *list = keep;
         }
+        Self::track(t, key);
         for v in old {
             self.remove_entries(t, key, &v.enc);
         }
@@ -621,8 +664,9 @@ impl IndexSet {
             }
             if !keep.is_empty() {
                 settled_all = false;
-                t.by_key.insert(k, keep);
+                t.by_key.insert(Arc::clone(&k), keep);
             }
+            Self::track(t, &k);
         }
         if settled_all {
             t.swept_departures = departures;
@@ -654,7 +698,7 @@ impl IndexSet {
                     continue;
                 }
                 let shared: ItemKey = Arc::from(key.as_slice());
-                self.add_entries(&mut t, &shared, &enc);
+                self.add_entries(&mut t, &shared, &enc, may_expire);
                 t.by_key.entry(shared).or_default().push(Version {
                     id: 0,
                     pending: false,
@@ -688,6 +732,14 @@ impl IndexSet {
             list.retain(|v| v.pending || !Self::all_absent(&v.enc));
             !list.is_empty()
         });
+        let unsure = t
+            .by_key
+            .iter()
+            .filter(|(_, list)| !matches!(list.as_slice(), [v] if !v.pending))
+            .map(|(k, _)| Arc::clone(k))
+            .collect::<Vec<_>>();
+        t.unsure.clear();
+        t.unsure.extend(unsure);
         t.sweep_at = (t.by_key.len() * 2).max(MIN_SWEEP);
         self.ready.store(true, Ordering::Release);
         Ok(())
@@ -734,14 +786,7 @@ impl IndexSet {
         desc: bool,
         keep: &dyn Fn(&[u8]) -> bool,
     ) -> (Picked, Walk, Vec<Group>) {
-        let mut ranges = probe.ranges();
-        // `IN` lists its values in its own order and may repeat one; encodings are
-        // self-delimiting, so the prefix ranges of distinct values are disjoint.
-        ranges.sort_by(|a, b| bound_cmp(&a.0, &b.0));
-        ranges.dedup();
-        ranges.retain(|(lo, hi)| {
-            !empty_range(&(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice)))
-        });
+        let mut ranges = disjoint(probe.ranges());
         if desc {
             ranges.reverse();
         }
@@ -767,7 +812,7 @@ impl IndexSet {
         probe: &Probe,
         keep: impl Fn(&[u8]) -> bool,
     ) -> (usize, Picked, Vec<Vec<u8>>) {
-        let ranges = probe.ranges();
+        let ranges = disjoint(probe.ranges());
         // The queue stays held until the key directory was consulted: a write staged after
         // the registration could otherwise be applied in between and change what a settled
         // version's lookup says about a snapshot that must not see it.
@@ -776,18 +821,6 @@ impl IndexSet {
         let mut n = 0usize;
         let mut unsure = Vec::new();
         if let Some(tree) = t.trees.get(path) {
-            let mut keys: Vec<&[u8]> = Vec::new();
-            for (lo, hi) in &ranges {
-                let bounds = (
-                    lo.as_ref().map(Vec::as_slice),
-                    hi.as_ref().map(Vec::as_slice),
-                );
-                if empty_range(&bounds) {
-                    continue;
-                }
-                let found = tree.range::<[u8], _>(bounds).flat_map(|(_, p)| p.keys());
-                keys.extend(found.map(|k| &**k).filter(|k| keep(k)));
-            }
             // The key directory under one read lock: a consistent cut (writes are held at the
             // index lock meanwhile, and none is in flight for a key with one settled version).
             let st = self.ks.core().state.read();
@@ -802,15 +835,36 @@ impl IndexSet {
                     .history
                     .iter()
                     .any(|c| matches!(c.default, DefaultTtl::Seconds(_)));
-            // Several ranges may name a key twice; a key with one settled version holds one
-            // value, so within one range it comes once (keys with more versions are unsure,
-            // deduplicated below). Sorted also when every key is looked up: consecutive
-            // lookups in key order share the key directory's nodes.
-            if ranges.len() > 1 || lookup_all {
-                keys.sort_unstable();
-                keys.dedup();
+            // The ranges are disjoint and a key with one settled version holds one value, so
+            // such a key comes once and is counted where it is met, by neither hashing nor
+            // reading it (`unsure` is empty unless writes are in flight). The rest are
+            // gathered, deduplicated (a key with several versions may come more than once)
+            // and sorted: consecutive lookups in key order share the key directory's nodes.
+            let mut look: Vec<&[u8]> = Vec::new();
+            for (lo, hi) in &ranges {
+                let bounds = (
+                    lo.as_ref().map(Vec::as_slice),
+                    hi.as_ref().map(Vec::as_slice),
+                );
+                for (_, postings) in tree.range::<[u8], _>(bounds) {
+                    for (key, expires) in postings.marked() {
+                        if !keep(key) {
+                            continue;
+                        }
+                        if lookup_all
+                            || expires
+                            || (!t.unsure.is_empty() && t.unsure.contains(&**key))
+                        {
+                            look.push(key);
+                        } else {
+                            n += 1;
+                        }
+                    }
+                }
             }
-            for key in keys {
+            look.sort_unstable();
+            look.dedup();
+            for key in look {
                 match t.by_key.get(key).map(SmallVec::as_slice) {
                     Some([v]) if !v.pending => {
                         if (!lookup_all && !v.may_expire) || st.live(key, now).is_some() {
@@ -823,8 +877,6 @@ impl IndexSet {
         }
         drop(queue);
         drop(t);
-        unsure.sort_unstable();
-        unsure.dedup();
         (n, picked, unsure)
     }
 
@@ -834,6 +886,18 @@ impl IndexSet {
         let entries = t.trees.iter().flat_map(BTreeMap::values).map(Postings::len).sum();
         (entries, t.by_key.len())
     }
+}
+
+/// `ranges` (from [`Probe::ranges`]) in order, without repeats or empty ones: disjoint.
+/// `IN` lists its values in its own order and may repeat one; encodings are self-delimiting,
+/// so the prefix ranges of distinct values are disjoint, and a probe of bounds has one range.
+fn disjoint(mut ranges: Ranges) -> Ranges {
+    ranges.sort_by(|a, b| bound_cmp(&a.0, &b.0));
+    ranges.dedup();
+    ranges.retain(|(lo, hi)| {
+        !empty_range(&(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice)))
+    });
+    ranges
 }
 
 /// Orders lower bounds (ranges from `Probe::ranges` start included or unbounded).
@@ -1194,9 +1258,9 @@ mod tests {
         let hash = KeyHash::default();
         let (a, b) = (key("a"), key("b"));
         let mut p = Postings::One(Arc::clone(&a), 1);
-        p.add(&a, hash);
+        p.add(&a, hash, false);
         assert!(matches!(p, Postings::One(_, 2)));
-        p.add(&b, hash);
+        p.add(&b, hash, false);
         assert_eq!(p.len(), 2);
         let mut keys: Vec<&[u8]> = p.keys().map(|k| &**k).collect();
         keys.sort_unstable();
@@ -1210,5 +1274,109 @@ mod tests {
         let mut one = Postings::One(Arc::clone(&b), 1);
         assert!(!one.remove(b"a"));
         assert!(one.remove(b"b"));
+    }
+
+    /// The mark of a version that might expire stays with its key's posting until the last
+    /// version holding the value goes, in both forms, and does not disturb the count.
+    #[test]
+    fn postings_keep_the_expiry_mark_until_the_keys_last_version_goes() {
+        let hash = KeyHash::default();
+        let (a, b) = (key("a"), key("b"));
+        let marks = |p: &Postings| {
+            let mut m: Vec<(Vec<u8>, bool)> = p.marked().map(|(k, e)| (k.to_vec(), e)).collect();
+            m.sort();
+            m
+        };
+        let mut p = Postings::One(Arc::clone(&a), 1);
+        p.add(&a, hash, true);
+        assert_eq!(marks(&p), [(b"a".to_vec(), true)]);
+        assert!(!p.remove(b"a"), "one version left");
+        assert_eq!(marks(&p), [(b"a".to_vec(), true)], "kept: one may still expire");
+        p.add(&b, hash, false);
+        assert_eq!(marks(&p), [(b"a".to_vec(), true), (b"b".to_vec(), false)]);
+        p.add(&b, hash, true);
+        assert!(!p.remove(b"b"));
+        assert_eq!(marks(&p), [(b"a".to_vec(), true), (b"b".to_vec(), true)]);
+        assert!(!p.remove(b"b"), "a left");
+        assert_eq!(marks(&p), [(b"a".to_vec(), true)]);
+        assert!(p.remove(b"a"));
+        // A fresh posting of an unmarked version is unmarked.
+        let mut q = Postings::One(Arc::clone(&b), 1);
+        q.add(&a, hash, false);
+        assert!(q.marked().all(|(_, e)| !e));
+    }
+
+    /// `unsure` holds exactly the tracked keys with a pending or more than one version, after
+    /// every kind of change to the tables: stage, settle (in place, of a newer version, of a
+    /// delete), a sweep, and the build's end.
+    #[test]
+    fn the_unsure_keys_follow_every_change_to_the_versions() {
+        fn check(set: &IndexSet) {
+            let t = set.t.read();
+            let mut want: Vec<&[u8]> = t
+                .by_key
+                .iter()
+                .filter(|(_, l)| !matches!(l.as_slice(), [v] if !v.pending))
+                .map(|(k, _)| &**k)
+                .collect();
+            let mut have: Vec<&[u8]> = t.unsure.iter().map(|k| &**k).collect();
+            want.sort_unstable();
+            have.sort_unstable();
+            assert_eq!(have, want);
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::Store::open(dir.path()).expect("open");
+        let ks = store
+            .create_keyspace("items", DefaultTtl::Off)
+            .expect("keyspace");
+        ks.put(b"old", b"{\"n\": 0}").expect("put");
+        let set = IndexSet::new(vec![vec!["n".to_string()]], ks.clone());
+        // Staged before the build reads `old`, settled after it: unsure across the build.
+        let (old, id_old) = set.stage(b"old", Some(&serde_json::json!({"n": 9})));
+        set.build().expect("build");
+        check(&set);
+        assert!(set.t.read().unsure.contains(&b"old"[..]));
+        set.settle(vec![(old, id_old)]);
+        set.apply_queued(&mut set.t.write());
+        check(&set);
+        let (one, two) = (serde_json::json!({"n": 1}), serde_json::json!({"n": 2}));
+        let (a, id1) = set.stage(b"a", Some(&one));
+        set.apply_queued(&mut set.t.write());
+        check(&set);
+        assert!(set.t.read().unsure.contains(&b"a"[..]), "pending");
+        let (_, id2) = set.stage(b"a", Some(&two));
+        let (b, id_b) = set.stage(b"b", Some(&one));
+        set.apply_queued(&mut set.t.write());
+        check(&set);
+        // The first settle leaves the newer version pending; the second makes `a` sure.
+        set.settle(vec![(Arc::clone(&a), id1)]);
+        set.apply_queued(&mut set.t.write());
+        check(&set);
+        assert!(set.t.read().unsure.contains(&b"a"[..]));
+        set.settle(vec![(Arc::clone(&a), id2), (b, id_b)]);
+        set.apply_queued(&mut set.t.write());
+        check(&set);
+        assert!(set.t.read().unsure.is_empty());
+        // A delete's version settles the key out of the tables.
+        let (_, id3) = set.stage(b"a", None);
+        set.apply_queued(&mut set.t.write());
+        check(&set);
+        set.settle(vec![(a, id3)]);
+        set.apply_queued(&mut set.t.write());
+        check(&set);
+        assert!(!set.t.read().by_key.contains_key(&b"a"[..]));
+        // A sweep that keeps a gone key's pending version keeps it unsure.
+        let (c, id_c) = set.stage(b"c", Some(&one));
+        set.apply_queued(&mut set.t.write());
+        ks.put(b"x", b"{}").expect("put");
+        ks.delete(b"x").expect("delete");
+        set.sweep_locked(&mut set.t.write(), None);
+        check(&set);
+        assert!(set.t.read().unsure.contains(&b"c"[..]));
+        set.settle(vec![(c, id_c)]);
+        set.apply_queued(&mut set.t.write());
+        set.sweep_locked(&mut set.t.write(), None);
+        check(&set);
+        assert!(set.t.read().unsure.is_empty());
     }
 }
