@@ -387,7 +387,7 @@ fn decide_by_lookup(
     now: u64,
     outside_min: u64,
 ) -> (Decision, u64) {
-    let current = st.map.get(rec.key);
+    let current = st.get(rec.key);
     let live = rec.meta.kind == Kind::Put
         && current.is_some_and(|e| e.file == file && e.offset == off && st.is_live(e, now));
     let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
@@ -591,7 +591,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         for part in chunk.chunks(MOVES_PER_LOCK) {
             let mut st = core.state.write();
             for m in part {
-                let moved = match st.map.get_mut(&*m.key) {
+                let moved = match st.get_mut(&m.key) {
                     Some(e) if (e.file, e.offset) == m.from && e.seq == m.seq => {
                         e.file = m.to.0;
                         e.offset = m.to.1;

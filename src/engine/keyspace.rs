@@ -454,7 +454,7 @@ impl Iter {
         };
         let mut restored = false;
         for (k, image) in scans.changed_in(bounds.0, chunk_upper, self.start) {
-            if st.map.contains_key(k) || self.prefix.as_ref().is_some_and(|p| !k.starts_with(p)) {
+            if st.contains(k) || self.prefix.as_ref().is_some_and(|p| !k.starts_with(p)) {
                 continue;
             }
             if let Some((old, value)) = image {

@@ -11,7 +11,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use byteorder::{BigEndian, ByteOrder};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::clockfile::{ClockFile, DurablePoint};
@@ -44,18 +43,6 @@ const LOADED_TOMBSTONE: u8 = 0x80;
 struct FileLive {
     bytes: u64,
     dies_by: u64,
-}
-
-/// Key order, with the first eight bytes compared as one big-endian word when both keys have
-/// them (most keys differ there; a `memcmp` call per comparison was a tenth of an open).
-fn key_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    match (a.get(..8), b.get(..8)) {
-        (Some(x), Some(y)) => {
-            let (x, y) = (BigEndian::read_u64(x), BigEndian::read_u64(y));
-            x.cmp(&y).then_with(|| a[8..].cmp(&b[8..]))
-        }
-        _ => a.cmp(b),
-    }
 }
 
 /// Every put and tombstone seen, per keyspace, in no particular order. Sorting by key and then
@@ -172,7 +159,7 @@ impl Combined {
 
 /// Key order, then newest first: the order of a hint file and of the merge at open.
 fn record_order(a: &(Key, Entry), b: &(Key, Entry)) -> std::cmp::Ordering {
-    key_order(&a.0, &b.0).then(b.1.seq.cmp(&a.1.seq))
+    a.0.cmp(&b.0).then(b.1.seq.cmp(&a.1.seq))
 }
 
 /// Merges sorted runs (in `record_order`) into one, keeping the first record of each key;

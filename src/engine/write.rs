@@ -183,7 +183,7 @@ impl Inner {
             let Some((_, st)) = guards.iter().find(|(id, _)| *id == op.ks.id) else {
                 continue;
             };
-            let image = match st.map.get(op.key.as_slice()) {
+            let image = match st.get(op.key.as_slice()) {
                 None => None,
                 Some(e) => {
                     let read = self
@@ -789,7 +789,7 @@ impl Inner {
         }
         let mut events = Vec::new();
         for (key, at) in &due_now {
-            let Some(e) = st.map.remove(key) else {
+            let Some(e) = st.remove(key) else {
                 continue;
             };
             st.departures += 1;

@@ -372,7 +372,7 @@ impl Inner {
                 for part in list.chunks(REAP_CHUNK) {
                     let st = core.state.read();
                     for t in part {
-                        let in_charge = st.map.get(t.key.as_slice()).is_some_and(|e| e.armed == at);
+                        let in_charge = st.get(t.key.as_slice()).is_some_and(|e| e.armed == at);
                         if in_charge && kept_keys.insert((t.keyspace, t.key.clone())) {
                             keep.push(t.clone());
                         }

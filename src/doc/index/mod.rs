@@ -637,7 +637,7 @@ impl IndexSet {
                 let st = ks.core().state.read();
                 let mut n = 0;
                 for k in keys.by_ref() {
-                    if !st.map.contains_key(k.as_ref()) {
+                    if !st.contains(k.as_ref()) {
                         gone.push(Arc::clone(k));
                     }
                     n += 1;

@@ -99,7 +99,7 @@ impl Picked {
             let Some(k) = self.keys.pop_front() else {
                 break;
             };
-            let entry = st.map.get(k.as_slice());
+            let entry = st.get(k.as_slice());
             // A batch that committed after the start is not seen: the key as it was before the
             // first such batch (also for a key such a batch deleted).
             let after_start =
