@@ -1306,6 +1306,41 @@ mod tests {
         assert!(q.marked().all(|(_, e)| !e));
     }
 
+    /// An exact count over an `IN` list that repeats a value (`1` and `1.0` encode alike)
+    /// counts a key with one settled version once, and hands back a key whose two versions
+    /// hold two of the listed values once, to be read.
+    #[test]
+    fn a_count_meets_each_settled_key_once_and_hands_back_each_unsure_key_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::Store::open(dir.path()).expect("open");
+        let ks = store
+            .create_keyspace("items", DefaultTtl::Off)
+            .expect("keyspace");
+        let set = IndexSet::new(vec![vec!["n".to_string()]], ks.clone());
+        set.build().expect("build");
+        let write = |key: &[u8], n: i64| {
+            let doc = serde_json::json!({ "n": n });
+            let staged = set.stage(key, Some(&doc));
+            ks.put(key, doc.to_string().as_bytes()).expect("put");
+            set.settle(vec![staged]);
+        };
+        write(b"a", 1);
+        write(b"b", 2);
+        write(b"c", 3);
+        // `a` moves to 2: its new version is staged (in the tables), its write in flight.
+        let (_, _) = set.stage(b"a", Some(&serde_json::json!({ "n": 2 })));
+        let probe = Probe::Values(vec![
+            serde_json::json!(1),
+            serde_json::json!(2),
+            serde_json::json!(1.0),
+            serde_json::json!(2),
+        ]);
+        let (n, _picked, unsure) = set.count(0, &probe, |_| true);
+        assert_eq!((n, unsure), (1, vec![b"a".to_vec()]), "b counted, a to be read");
+        let only_c = set.count(0, &probe, |k| k == b"c");
+        assert_eq!((only_c.0, only_c.2), (0, Vec::<Vec<u8>>::new()), "keep applies");
+    }
+
     /// `unsure` holds exactly the tracked keys with a pending or more than one version, after
     /// every kind of change to the tables: stage, settle (in place, of a newer version, of a
     /// delete), a sweep, and the build's end.
