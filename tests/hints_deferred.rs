@@ -119,3 +119,47 @@ fn a_hint_deferred_at_close_is_written_after_the_reopen() -> ebbdb::Result<()> {
     });
     Ok(())
 }
+
+/// A sealed segment still without a hint when the store closes (sealed just before, or found
+/// without one at open and the worker's tick not come yet) gets it at the close, so the next
+/// open reads the hint instead of scanning the segment. Segments about to die whole stay
+/// without one.
+#[test]
+fn a_close_writes_the_hints_still_missing() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::at_unix_secs(1_700_000_000);
+    let slow_ticks = |clock: &ManualClock| opts(clock).tick_interval(Duration::from_secs(3600));
+    let sealed = {
+        let store = Store::open_with(dir.path(), opts(&clock))?;
+        let kept = store.create_keyspace("kept", DefaultTtl::Off)?;
+        for i in 0..1_000u32 {
+            kept.put(i.to_be_bytes(), [8u8; 100])?;
+        }
+        store.stats().segments - 1
+    };
+    assert!(sealed >= 3, "{sealed} sealed segments");
+    // Take the hints away: the next open finds the segments without them, and with a tick
+    // an hour away its worker writes none.
+    for entry in std::fs::read_dir(dir.path())? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "hint") {
+            std::fs::remove_file(path)?;
+        }
+    }
+    {
+        let store = Store::open_with(dir.path(), slow_ticks(&clock))?;
+        assert_eq!(store.stats().hints_deferred, sealed);
+        assert_eq!(hint_files(dir.path()), 0);
+    }
+    assert_eq!(hint_files(dir.path()), sealed, "written at the close");
+    let store = Store::open_with(dir.path(), slow_ticks(&clock))?;
+    assert_eq!(store.keyspace("kept")?.len()?, 1_000);
+    drop(store);
+    // Segments about to die whole are left alone at the close too.
+    let other = tempfile::tempdir()?;
+    let (store, dying) = store_of_dying_segments(other.path(), &clock)?;
+    drop(store);
+    assert!(dying >= 4, "{dying} dying segments");
+    assert_eq!(hint_files(other.path()), 0, "none for the dying segments");
+    Ok(())
+}

@@ -794,6 +794,15 @@ impl Inner {
         if !self.poisoned.load(Ordering::Acquire) {
             let pos = self.log.lock().appended;
             let _ = self.sync_to(pos);
+            // A segment sealed shortly before the close, or found without a hint at open
+            // while the worker's tick has not come yet, would be scanned by the next open:
+            // its hint is written now (the worker that would have written it is gone). Those
+            // about to die whole stay without one (`write_hint_for` sets them aside), and a
+            // failure only leaves a segment to be scanned.
+            let sealed: Vec<u32> = self.segments.read().sealed.keys().copied().collect();
+            for id in sealed {
+                let _ = crate::compaction::write_hint_for(self, id);
+            }
         }
         self.record_durable_point();
         let _ =
