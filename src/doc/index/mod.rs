@@ -1204,17 +1204,23 @@ mod tests {
         Arc::from(s.as_bytes())
     }
 
+    /// A store in `dir` with one keyspace and an index set on its path `n`, not built yet.
+    fn set_on_n(dir: &std::path::Path) -> (crate::Store, Keyspace, IndexSet) {
+        let store = crate::Store::open(dir).expect("open");
+        let ks = store
+            .create_keyspace("items", DefaultTtl::Off)
+            .expect("keyspace");
+        let set = IndexSet::new(vec![vec!["n".to_string()]], ks.clone());
+        (store, ks, set)
+    }
+
     /// A sweep that finds a gone key still holding a pending version does not count the
     /// departures so far as dealt with: once that version settles, the next sweep removes it
     /// even though no key left in between.
     #[test]
     fn a_sweep_meeting_a_pending_version_of_a_gone_key_leaves_the_departures_for_the_next() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::Store::open(dir.path()).expect("open");
-        let ks = store
-            .create_keyspace("items", DefaultTtl::Off)
-            .expect("keyspace");
-        let set = IndexSet::new(vec![vec!["n".to_string()]], ks.clone());
+        let (_store, ks, set) = set_on_n(dir.path());
         set.build().expect("build");
         let doc = serde_json::json!({"n": 1});
         let departures = || ks.core().state.read().departures;
@@ -1312,11 +1318,7 @@ mod tests {
     #[test]
     fn a_count_meets_each_settled_key_once_and_hands_back_each_unsure_key_once() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::Store::open(dir.path()).expect("open");
-        let ks = store
-            .create_keyspace("items", DefaultTtl::Off)
-            .expect("keyspace");
-        let set = IndexSet::new(vec![vec!["n".to_string()]], ks.clone());
+        let (_store, ks, set) = set_on_n(dir.path());
         set.build().expect("build");
         let write = |key: &[u8], n: i64| {
             let doc = serde_json::json!({ "n": n });
@@ -1360,12 +1362,8 @@ mod tests {
             assert_eq!(have, want);
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::Store::open(dir.path()).expect("open");
-        let ks = store
-            .create_keyspace("items", DefaultTtl::Off)
-            .expect("keyspace");
+        let (_store, ks, set) = set_on_n(dir.path());
         ks.put(b"old", b"{\"n\": 0}").expect("put");
-        let set = IndexSet::new(vec![vec!["n".to_string()]], ks.clone());
         // Staged before the build reads `old`, settled after it: unsure across the build.
         let (old, id_old) = set.stage(b"old", Some(&serde_json::json!({"n": 9})));
         set.build().expect("build");
