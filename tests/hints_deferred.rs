@@ -163,3 +163,51 @@ fn a_close_writes_the_hints_still_missing() -> ebbdb::Result<()> {
     assert_eq!(hint_files(other.path()), 0, "none for the dying segments");
     Ok(())
 }
+
+/// A close whose final sync fails writes no hint: a rotation it could not commit leaves the
+/// sealed segment named active on disk, the next session appends to it, and a hint written
+/// at the close would hide those records from every later open.
+#[test]
+fn a_close_whose_sync_fails_writes_no_hint() -> ebbdb::Result<()> {
+    use ebbdb::faults::{self, FaultKind, FaultPlan};
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::at_unix_secs(1_700_000_000);
+    let slow_ticks = opts(&clock).tick_interval(Duration::from_secs(3600));
+    {
+        let store = Store::open_with(dir.path(), opts(&clock))?;
+        let kept = store.create_keyspace("kept", DefaultTtl::Off)?;
+        for i in 0..1_000u32 {
+            kept.put(i.to_be_bytes(), [8u8; 100])?;
+        }
+    }
+    for entry in std::fs::read_dir(dir.path())? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "hint") {
+            std::fs::remove_file(path)?;
+        }
+    }
+    {
+        let store = Store::open_with(dir.path(), slow_ticks.clone())?;
+        assert!(store.stats().hints_deferred >= 3);
+        store.keyspace("kept")?.put(b"late", [9u8; 100])?;
+        // The close's sync is the next fsync in the directory, and fails once.
+        faults::arm(FaultPlan {
+            dir: dir.path().to_path_buf(),
+            kind: FaultKind::Sync,
+            nth: 1,
+            sticky: false,
+            partial: false,
+            no_space: false,
+        });
+    }
+    assert!(faults::disarm(dir.path()) > 0, "the close's sync failed");
+    assert_eq!(hint_files(dir.path()), 0, "no hint after a failed close");
+    // Every acknowledged key is back (the late one too, or not: its sync failed).
+    let store = Store::open_with(dir.path(), slow_ticks)?;
+    let kept = store.keyspace("kept")?;
+    assert!((1_000..=1_001).contains(&kept.len()?));
+    for i in 0..1_000u32 {
+        assert!(kept.get(i.to_be_bytes())?.is_some(), "key {i}");
+    }
+    Ok(())
+}

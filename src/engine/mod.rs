@@ -95,6 +95,9 @@ pub struct Store {
     _guard: Arc<Guard>,
 }
 
+/// The most segment bytes a close scans to write missing hints (`Inner::write_missing_hints`).
+const CLOSE_HINT_BYTES: u64 = 256 << 20;
+
 /// Stops the worker and flushes when the last user-facing handle goes away.
 #[derive(Debug)]
 struct Guard {
@@ -791,22 +794,53 @@ impl Inner {
         self.finish_fired_timers();
         // The last `now` any call used must survive the close, even if no call wrote it yet.
         self.persist_clock(self.hw_ms.load(Ordering::Acquire) / 1000, None);
-        if !self.poisoned.load(Ordering::Acquire) {
+        let synced = !self.poisoned.load(Ordering::Acquire) && {
             let pos = self.log.lock().appended;
-            let _ = self.sync_to(pos);
-            // A segment sealed shortly before the close, or found without a hint at open
-            // while the worker's tick has not come yet, would be scanned by the next open:
-            // its hint is written now (the worker that would have written it is gone). Those
-            // about to die whole stay without one (`write_hint_for` sets them aside), and a
-            // failure only leaves a segment to be scanned.
-            let sealed: Vec<u32> = self.segments.read().sealed.keys().copied().collect();
-            for id in sealed {
-                let _ = crate::compaction::write_hint_for(self, id);
-            }
-        }
+            self.sync_to(pos).is_ok()
+        };
         self.record_durable_point();
         let _ =
             crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true);
+        if synced {
+            self.write_missing_hints();
+        }
+    }
+
+    /// At a clean close, the hints of sealed segments still without one: sealed shortly
+    /// before the close, or found without one at open while the worker's first tick had not
+    /// come. The next open would scan them. Only segments whose rotation is committed (a
+    /// segment the manifest on disk still names as active may be appended to by the next
+    /// session, and a hint written now would hide those records from later opens), only when
+    /// the close's sync succeeded, and at most [`CLOSE_HINT_BYTES`] of segments (a store
+    /// opened over many unhinted segments catches up over several closes). Those about to die
+    /// whole stay without one (`write_hint_for` sets them aside); a failure only leaves a
+    /// segment to be scanned.
+    fn write_missing_hints(&self) {
+        let uncommitted: Vec<u32> = self
+            .log
+            .lock()
+            .pending
+            .iter()
+            .map(|p| p.sealed.id)
+            .collect();
+        let sealed: Vec<(u32, u64)> = self
+            .segments
+            .read()
+            .sealed
+            .values()
+            .map(|s| (s.id, s.len()))
+            .collect();
+        let mut budget = CLOSE_HINT_BYTES;
+        for (id, len) in sealed {
+            if uncommitted.contains(&id) || crate::log::hint_path(&self.dir, id).exists() {
+                continue;
+            }
+            if self.poisoned.load(Ordering::Acquire) || len > budget {
+                return;
+            }
+            budget -= len;
+            let _ = crate::compaction::write_hint_for(self, id);
+        }
     }
 
     pub(crate) fn keyspace_by_name(&self, name: &str) -> Result<Arc<KeyspaceCore>> {
