@@ -7,6 +7,7 @@
 //! never win against a newer delete because of the order in which files were read.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasherDefault;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,6 +44,27 @@ const LOADED_TOMBSTONE: u8 = 0x80;
 struct FileLive {
     bytes: u64,
     dies_by: u64,
+}
+
+/// Hashes a segment file id with one multiply: ids are the store's own small integers, not
+/// input anyone chooses, and SipHash per surviving key was 3 % of an open's samples.
+#[derive(Default)]
+struct FileIdHasher(u64);
+
+impl std::hash::Hasher for FileIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// Every put and tombstone seen, per keyspace, in no particular order. Sorting by key and then
@@ -296,7 +318,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             // Hashed: survivors come in key order, so with keys written in random order each
             // one is in another file (a list search cost keys × files: 1 s for 400 k keys in
             // 6,350 segments).
-            let mut file_live: HashMap<u32, FileLive> = HashMap::new();
+            let mut file_live: HashMap<u32, FileLive, BuildHasherDefault<FileIdHasher>> =
+                HashMap::default();
             pairs.retain_mut(|(key, e)| {
                 if e.flags & LOADED_TOMBSTONE != 0 {
                     return false;
