@@ -554,6 +554,17 @@ struct Row {
 }
 
 impl Row {
+    /// The row aggregates over no item are evaluated against.
+    fn empty() -> Self {
+        Row {
+            doc: Value::Null,
+            item: Vec::new(),
+            join: 0,
+            vars: Vec::new(),
+            stored: None,
+        }
+    }
+
     fn cx<'a>(&'a self, params: &'a HashMap<String, Value>) -> Ctx<'a> {
         Ctx {
             doc: &self.doc,
@@ -724,6 +735,9 @@ fn run_select(
     let skip = if after.is_none() { offset } else { 0 };
     // Rows that pass the filter (and come after the cursor), with their ORDER BY keys.
     let mut rows: Vec<(Vec<Val>, Row)> = Vec::new();
+    // With aggregates, each row is folded into its group as it comes: memory follows the
+    // groups, not the rows that match.
+    let mut groups = grouped.then(|| Groups::new(q));
     // Without ORDER BY the scan is in result order and can stop once the page is full
     // (one row more tells whether another page follows).
     // How many rows after the cursor the page can use: the rest of TOP/LIMIT, or one more
@@ -762,10 +776,14 @@ fn run_select(
             if early_stop.is_some_and(|n| rows.len() >= n) {
                 break 'items;
             }
-            let cx = row.cx(params);
             if !prefilter && !passes(q, &row.doc, &row.vars, params) {
                 continue;
             }
+            if let Some(groups) = &mut groups {
+                groups.add(q, row, params);
+                continue;
+            }
+            let cx = row.cx(params);
             let keys: Vec<Val> = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
             if let Some(after) = after {
                 if position_cmp(q, (&keys, &row.item, row.join), after)
@@ -827,52 +845,8 @@ fn run_select(
     }
     let mut out = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
-    if grouped {
-        // Groups by the GROUP BY values (undefined is a value of its own), in their order.
-        let mut groups: Vec<(Vec<Val>, Vec<Row>)> = Vec::new();
-        let mut index: HashMap<String, usize> = HashMap::new();
-        for (_, row) in rows {
-            let cx = row.cx(params);
-            let key: Vec<Val> = q.group_by.iter().map(|e| eval(e, &cx)).collect();
-            let text = key
-                .iter()
-                .map(|v| v.as_ref().map_or_else(|| "~".to_string(), canonical))
-                .collect::<Vec<_>>()
-                .join("|");
-            match index.get(&text) {
-                Some(&i) => groups[i].1.push(row),
-                None => {
-                    index.insert(text, groups.len());
-                    groups.push((key, vec![row]));
-                }
-            }
-        }
-        if groups.is_empty() && q.group_by.is_empty() {
-            // Aggregates over no rows still give one result (COUNT is 0).
-            groups.push((Vec::new(), Vec::new()));
-        }
-        groups.sort_by(|(a, _), (b, _)| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| order(x, y))
-                .find(|o| *o != std::cmp::Ordering::Equal)
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        for (_, members) in groups {
-            let v = match &q.projection {
-                Projection::Value(e) => aggregate_expr(e, &members, params),
-                Projection::Fields(fields) => {
-                    let mut m = Map::new();
-                    for (name, e) in fields {
-                        if let Some(v) = aggregate_expr(e, &members, params) {
-                            m.insert(name.clone(), v);
-                        }
-                    }
-                    Some(Value::Object(m))
-                }
-                Projection::Star => None,
-            };
-            let Some(v) = v else { continue };
+    if let Some(groups) = groups {
+        for v in groups.finish(q, params) {
             if q.distinct && !seen.insert(canonical(&v)) {
                 continue;
             }
@@ -941,73 +915,218 @@ fn canonical(v: &Value) -> String {
     }
 }
 
-/// Evaluates a projection with aggregates over a group's `rows`: each aggregate is computed
-/// over the group, and the expression around it (and any plain part, a GROUP BY value) is
-/// evaluated against the group's first row.
-fn aggregate_expr(e: &Expr, rows: &[Row], params: &HashMap<String, Value>) -> Val {
-    let replaced = replace_aggs(e, rows, params);
-    let empty = Row {
-        doc: Value::Null,
-        item: Vec::new(),
-        join: 0,
-        vars: Vec::new(),
-        stored: None,
-    };
-    let first = rows.first().unwrap_or(&empty);
-    eval(&replaced, &first.cx(params))
+/// The groups of an aggregate query, each folded row by row: its GROUP BY values, its first
+/// row (the plain parts of the projection, a GROUP BY value, are evaluated against it) and
+/// one running aggregate per aggregate call of the projection.
+struct Groups {
+    /// The projection's aggregate calls, in the order [`replace_aggs`] meets them.
+    calls: Vec<(AggFn, Expr)>,
+    list: Vec<(Vec<Val>, Row, Vec<Acc>)>,
+    /// Canonical text of the GROUP BY values → index in `list`.
+    index: HashMap<String, usize>,
 }
 
-fn replace_aggs(e: &Expr, rows: &[Row], params: &HashMap<String, Value>) -> Expr {
-    let r = |x: &Expr| Box::new(replace_aggs(x, rows, params));
+impl Groups {
+    fn new(q: &Select) -> Self {
+        let mut calls = Vec::new();
+        for e in projection_exprs(q) {
+            replace_aggs(e, &mut |f, arg| {
+                calls.push((f, arg.clone()));
+                None
+            });
+        }
+        Self {
+            calls,
+            list: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    /// Folds `row` into its group (undefined is a GROUP BY value of its own).
+    fn add(&mut self, q: &Select, row: Row, params: &HashMap<String, Value>) {
+        let (key, values) = {
+            let cx = row.cx(params);
+            let key: Vec<Val> = q.group_by.iter().map(|e| eval(e, &cx)).collect();
+            let values: Vec<Val> = self.calls.iter().map(|(_, arg)| eval(arg, &cx)).collect();
+            (key, values)
+        };
+        let text = key
+            .iter()
+            .map(|v| v.as_ref().map_or_else(|| "~".to_string(), canonical))
+            .collect::<Vec<_>>()
+            .join("|");
+        let i = match self.index.get(&text) {
+            Some(&i) => i,
+            None => {
+                self.index.insert(text, self.list.len());
+                let accs = self.calls.iter().map(|(f, _)| Acc::new(*f)).collect();
+                self.list.push((key, row, accs));
+                self.list.len() - 1
+            }
+        };
+        let accs = &mut self.list[i].2;
+        for (((f, _), acc), v) in self.calls.iter().zip(accs.iter_mut()).zip(values) {
+            acc.add(*f, v);
+        }
+    }
+
+    /// One value per group in GROUP BY order (none dropped but undefined projections); with
+    /// no GROUP BY and no row, the aggregates over nothing (`COUNT` is 0).
+    fn finish(mut self, q: &Select, params: &HashMap<String, Value>) -> Vec<Value> {
+        if self.list.is_empty() && q.group_by.is_empty() {
+            let accs = self.calls.iter().map(|(f, _)| Acc::new(*f)).collect();
+            self.list.push((Vec::new(), Row::empty(), accs));
+        }
+        self.list.sort_by(|(a, ..), (b, ..)| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| order(x, y))
+                .find(|o| *o != std::cmp::Ordering::Equal)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        let mut out = Vec::new();
+        for (_, first, accs) in self.list {
+            let mut results = accs.iter().zip(&self.calls).map(|(a, (f, _))| a.result(*f));
+            let mut at = |e: &Expr| {
+                let replaced = replace_aggs(e, &mut |_, _| results.next().flatten());
+                eval(&replaced, &first.cx(params))
+            };
+            let v = match &q.projection {
+                Projection::Value(e) => at(e),
+                Projection::Fields(fields) => {
+                    let mut m = Map::new();
+                    for (name, e) in fields {
+                        if let Some(v) = at(e) {
+                            m.insert(name.clone(), v);
+                        }
+                    }
+                    Some(Value::Object(m))
+                }
+                Projection::Star => None,
+            };
+            if let Some(v) = v {
+                out.push(v);
+            }
+        }
+        out
+    }
+}
+
+/// The projection's expressions, in order.
+fn projection_exprs(q: &Select) -> Vec<&Expr> {
+    match &q.projection {
+        Projection::Value(e) => vec![e],
+        Projection::Fields(fields) => fields.iter().map(|(_, e)| e).collect(),
+        Projection::Star => Vec::new(),
+    }
+}
+
+/// `e` with each aggregate call replaced by the literal `f` gives for it, calls met in a fixed
+/// order (the one [`Groups`] relies on to pair calls with their running aggregates).
+fn replace_aggs(e: &Expr, f: &mut dyn FnMut(AggFn, &Expr) -> Val) -> Expr {
+    let mut r = |x: &Expr| Box::new(replace_aggs(x, f));
     match e {
-        Expr::Agg(f, arg) => Expr::Lit(aggregate(*f, arg, rows, params)),
+        Expr::Agg(g, arg) => Expr::Lit(f(*g, arg)),
         Expr::Prop(x, n) => Expr::Prop(r(x), n.clone()),
-        Expr::Index(a, b) => Expr::Index(r(a), r(b)),
+        Expr::Index(a, b) => {
+            let a = r(a);
+            Expr::Index(a, r(b))
+        }
         Expr::Unary(op, x) => Expr::Unary(*op, r(x)),
-        Expr::Binary(op, a, b) => Expr::Binary(*op, r(a), r(b)),
-        Expr::Ternary(a, b, c) => Expr::Ternary(r(a), r(b), r(c)),
-        Expr::Call(n, args) => Expr::Call(
-            n.clone(),
-            args.iter().map(|a| replace_aggs(a, rows, params)).collect(),
-        ),
-        Expr::Array(items) => Expr::Array(
-            items
-                .iter()
-                .map(|a| replace_aggs(a, rows, params))
-                .collect(),
-        ),
+        Expr::Binary(op, a, b) => {
+            let a = r(a);
+            Expr::Binary(*op, a, r(b))
+        }
+        Expr::Ternary(a, b, c) => {
+            let a = r(a);
+            let b = r(b);
+            Expr::Ternary(a, b, r(c))
+        }
+        Expr::Call(n, args) => Expr::Call(n.clone(), args.iter().map(|a| replace_aggs(a, f)).collect()),
+        Expr::Array(items) => Expr::Array(items.iter().map(|a| replace_aggs(a, f)).collect()),
         Expr::Object(fields) => Expr::Object(
             fields
                 .iter()
-                .map(|(k, a)| (k.clone(), replace_aggs(a, rows, params)))
+                .map(|(k, a)| (k.clone(), replace_aggs(a, f)))
                 .collect(),
         ),
         other => other.clone(),
     }
 }
 
-/// One aggregate over the rows: `COUNT` counts defined values; `SUM` and `AVG` are undefined if
-/// any defined value is not a number (`SUM` of nothing is 0); `MIN`/`MAX` follow the
-/// cross-type order over the defined values.
-fn aggregate(f: AggFn, arg: &Expr, rows: &[Row], params: &HashMap<String, Value>) -> Val {
-    let values = rows.iter().filter_map(|row| eval(arg, &row.cx(params)));
-    match f {
-        AggFn::Count => Some(Value::from(values.count())),
-        AggFn::Sum | AggFn::Avg => {
-            let mut sum = 0.0;
-            let mut n = 0usize;
-            for v in values {
-                sum += v.as_f64().filter(|_| v.is_number())?;
-                n += 1;
-            }
-            match f {
-                AggFn::Sum => Some(parser::num(sum)),
-                _ if n == 0 => None,
-                _ => Some(parser::num(sum / n as f64)),
+/// One aggregate over a group's rows, running: `COUNT` counts defined values; `SUM` and `AVG`
+/// are undefined if any defined value is not a number (`SUM` of nothing is 0); `MIN`/`MAX`
+/// follow the cross-type order over the defined values (the first of equal minima, the last
+/// of equal maxima, as `Iterator::min_by`/`max_by` pick them).
+enum Acc {
+    Count(usize),
+    Sum { sum: f64, n: usize, not_number: bool },
+    Best(Option<Value>),
+}
+
+impl Acc {
+    fn new(f: AggFn) -> Self {
+        match f {
+            AggFn::Count => Acc::Count(0),
+            AggFn::Sum | AggFn::Avg => Acc::Sum {
+                sum: 0.0,
+                n: 0,
+                not_number: false,
+            },
+            AggFn::Min | AggFn::Max => Acc::Best(None),
+        }
+    }
+
+    fn add(&mut self, f: AggFn, v: Val) {
+        let Some(v) = v else { return };
+        match self {
+            Acc::Count(n) => *n += 1,
+            Acc::Sum {
+                sum,
+                n,
+                not_number,
+            } => match v.as_f64().filter(|_| v.is_number()) {
+                Some(x) if !*not_number => {
+                    *sum += x;
+                    *n += 1;
+                }
+                Some(_) => {}
+                None => *not_number = true,
+            },
+            Acc::Best(best) => {
+                let replace = match best.take() {
+                    None => true,
+                    Some(b) => {
+                        let o = order(&Some(v.clone()), &Some(b.clone()));
+                        let better = if f == AggFn::Min {
+                            o == std::cmp::Ordering::Less
+                        } else {
+                            o != std::cmp::Ordering::Less
+                        };
+                        if !better {
+                            *best = Some(b);
+                        }
+                        better
+                    }
+                };
+                if replace {
+                    *best = Some(v);
+                }
             }
         }
-        AggFn::Min => values.map(Some).min_by(order).flatten(),
-        AggFn::Max => values.map(Some).max_by(order).flatten(),
+    }
+
+    fn result(&self, f: AggFn) -> Val {
+        match self {
+            Acc::Count(n) => Some(Value::from(*n)),
+            Acc::Sum { not_number: true, .. } => None,
+            Acc::Sum { sum, n, .. } => match f {
+                AggFn::Sum => Some(parser::num(*sum)),
+                _ if *n == 0 => None,
+                _ => Some(parser::num(*sum / *n as f64)),
+            },
+            Acc::Best(best) => best.clone(),
+        }
     }
 }
 
@@ -1019,6 +1138,40 @@ mod tests {
 
     fn q(text: &str, docs: &[Value]) -> Result<Vec<Value>> {
         run(&Query::new(text), docs.iter().cloned().map(Ok))
+    }
+
+    /// Aggregates folded row by row give what they give over the collected rows: several
+    /// calls in one projection each get their own result, `MIN` keeps the first of equal
+    /// minima and `MAX` the last of equal maxima (1 and 1.0 print apart), a non-number makes
+    /// `SUM`/`AVG` undefined wherever it comes, and a group's plain parts come from its first
+    /// row.
+    #[test]
+    fn aggregates_fold_each_group_in_row_order() {
+        let docs = [
+            json!({"g": "x", "a": 1.0, "b": 5}),
+            json!({"g": "y", "a": 2}),
+            json!({"g": "x", "a": 1, "b": "five"}),
+            json!({"g": "x", "a": 3.0, "b": 6}),
+            json!({"g": "y", "a": 2.0}),
+            json!({"a": 7}),
+        ];
+        let out = q(
+            "SELECT c.g, COUNT(1) AS n, MIN(c.a) AS lo, MAX(c.a) AS hi, SUM(c.b) AS sb, \
+             AVG(c.a) * 2 AS avg2, [COUNT(c.b), MAX(c.b)] AS bs FROM c GROUP BY c.g",
+            &docs,
+        )
+        .expect("query");
+        let text: Vec<String> = out.iter().map(Value::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                r#"{"avg2":14,"bs":[0,null],"hi":7,"lo":7,"n":1,"sb":0}"#,
+                r#"{"avg2":3.3333333333333335,"bs":[3,"five"],"g":"x","hi":3.0,"lo":1.0,"n":3}"#,
+                r#"{"avg2":4,"bs":[0,null],"g":"y","hi":2.0,"lo":2,"n":2,"sb":0}"#,
+            ]
+        );
+        let none = q("SELECT VALUE [COUNT(1), SUM(c.a), AVG(c.a)] FROM c", &[]).expect("query");
+        assert_eq!(none, [json!([0, 0, null])]);
     }
 
     #[test]
