@@ -1042,7 +1042,25 @@ fn replace_aggs(e: &Expr, f: &mut dyn FnMut(AggFn, &Expr) -> Val) -> Expr {
             let b = r(b);
             Expr::Ternary(a, b, r(c))
         }
-        Expr::Call(n, args) => Expr::Call(n.clone(), args.iter().map(|a| replace_aggs(a, f)).collect()),
+        Expr::In(x, list, not) => {
+            let x = r(x);
+            let list = list.iter().map(|a| replace_aggs(a, f)).collect();
+            Expr::In(x, list, *not)
+        }
+        Expr::Between(a, b, c, not) => {
+            let a = r(a);
+            let b = r(b);
+            Expr::Between(a, b, r(c), *not)
+        }
+        Expr::Like(a, b, c, not) => {
+            let a = r(a);
+            let b = r(b);
+            Expr::Like(a, b, c.as_deref().map(&mut r), *not)
+        }
+        Expr::Call(n, args) => {
+            let args = args.iter().map(|a| replace_aggs(a, f)).collect();
+            Expr::Call(n.clone(), args)
+        }
         Expr::Array(items) => Expr::Array(items.iter().map(|a| replace_aggs(a, f)).collect()),
         Expr::Object(fields) => Expr::Object(
             fields
@@ -1094,23 +1112,17 @@ impl Acc {
                 None => *not_number = true,
             },
             Acc::Best(best) => {
-                let replace = match best.take() {
-                    None => true,
-                    Some(b) => {
-                        let o = order(&Some(v.clone()), &Some(b.clone()));
-                        let better = if f == AggFn::Min {
-                            o == std::cmp::Ordering::Less
-                        } else {
-                            o != std::cmp::Ordering::Less
-                        };
-                        if !better {
-                            *best = Some(b);
-                        }
-                        better
+                let new = Some(v);
+                let take = best.is_none() || {
+                    let o = order(&new, best);
+                    if f == AggFn::Min {
+                        o == std::cmp::Ordering::Less
+                    } else {
+                        o != std::cmp::Ordering::Less
                     }
                 };
-                if replace {
-                    *best = Some(v);
+                if take {
+                    *best = new;
                 }
             }
         }
@@ -1172,6 +1184,27 @@ mod tests {
         );
         let none = q("SELECT VALUE [COUNT(1), SUM(c.a), AVG(c.a)] FROM c", &[]).expect("query");
         assert_eq!(none, [json!([0, 0, null])]);
+    }
+
+    /// An aggregate inside `IN`, `BETWEEN` or `LIKE` is computed like any other (it was left
+    /// in place and evaluated to undefined, dropping the row or the field).
+    #[test]
+    fn aggregates_inside_in_between_and_like_are_computed() {
+        let docs = [
+            json!({"g": "x", "a": 1, "s": "ab"}),
+            json!({"g": "x", "a": 4, "s": "b"}),
+            json!({"g": "y", "a": 9, "s": "ac"}),
+        ];
+        let got = |text: &str| q(text, &docs).expect("query");
+        assert_eq!(got("SELECT VALUE COUNT(1) IN (2, 3) FROM c"), [json!(true)]);
+        assert_eq!(
+            got("SELECT c.g, MAX(c.a) BETWEEN 1 AND 5 AS ok FROM c GROUP BY c.g"),
+            [json!({"g": "x", "ok": true}), json!({"g": "y", "ok": false})]
+        );
+        assert_eq!(
+            got("SELECT VALUE [MIN(c.s) LIKE 'a%', MAX(c.s) NOT LIKE 'a%'] FROM c"),
+            [json!([true, true])]
+        );
     }
 
     #[test]
