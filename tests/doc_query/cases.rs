@@ -488,6 +488,64 @@ fn the_planner_reads_only_the_pinned_partition() {
     assert_eq!(by_id.is_err(), !INDEXED);
 }
 
+/// Reading one partition, a query skips the WHERE terms the partition makes true for the
+/// items the container wrote, and only those: the other terms still filter, a second
+/// equality on the partition key naming another value still refuses every item, a numeric
+/// partition key (`1` = `1.0`, `0` = `-0`) is pinned and skipped the same way, and a value put
+/// through the key-value API under the partition's prefix, whose body names another
+/// partition, is checked by the whole WHERE.
+#[test]
+fn a_pinned_partition_skips_only_the_terms_it_makes_true() {
+    let (_d, _c, _db, c) = setup();
+    let stray = ebbdb::doc::partition::encode_key(&"a".into(), "stray");
+    c.keyspace()
+        .put(&stray, br#"{"id":"stray","pk":"b","n":9}"#)
+        .expect("raw put");
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 'a'"),
+        vec!["1", "2"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 'a' AND c.n > 3"),
+        vec!["1"]
+    );
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 'a' AND c.pk = 'b'"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        run(&c, "SELECT VALUE COUNT(1) FROM c WHERE c.pk = 'a' AND c.n >= 2.5"),
+        vec![json!(2)]
+    );
+    let q = Query::new("SELECT * FROM c WHERE c.pk = @p").param("@p", "a");
+    let got: Vec<Value> = c
+        .query(&q)
+        .expect("query")
+        .collect::<ebbdb::Result<_>>()
+        .expect("rows");
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1]["s"], "Banana");
+    // The stray body names partition 'b', but 'b' reads only what lies under 'b's prefix.
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 'b' ORDER BY c.id"),
+        vec!["3", "4"]
+    );
+    for (id, pk) in [("one", json!(1)), ("zero", json!(-0.0)), ("t", json!(true))] {
+        c.create_item(&json!({"id": id, "pk": pk, "n": 1}))
+            .expect("create");
+    }
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 1.0 AND c.n = 1"),
+        vec!["one"]
+    );
+    assert_eq!(ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 0"), vec!["zero"]);
+    assert_eq!(ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = true"), vec!["t"]);
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 1 AND c.pk = 2"),
+        Vec::<String>::new()
+    );
+}
+
 #[test]
 fn join_iterates_an_items_array() {
     let (_d, _c, _db, c) = setup();

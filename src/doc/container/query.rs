@@ -11,7 +11,9 @@
 //! 4. A pinned partition: a prefix scan of it.
 //! 5. A scan of the container.
 //!
-//! Every plan runs the whole WHERE on every item it reads, so plans differ in cost only.
+//! Every plan runs the WHERE on every item it reads, so plans differ in cost only (a plan
+//! reading one partition leaves out the terms that partition makes true for the items the
+//! document layer wrote: `Prepared::within_partition`).
 
 use std::sync::Arc;
 
@@ -140,6 +142,10 @@ impl Container {
                 prepared.run(Owned(item.into_iter()), page)
             }
             Plan::Index(set, chosen, pk, order) => {
+                let mut prepared = prepared;
+                if let Some(pk) = &pk {
+                    self.within(&mut prepared, pk);
+                }
                 let at = IndexedAt {
                     set: &set,
                     chosen: &chosen,
@@ -166,8 +172,10 @@ impl Container {
         from: Option<Vec<u8>>,
         page: &PageSpec,
     ) -> Result<(Vec<Out>, Option<Cursor>)> {
+        let mut prepared = prepared;
         match pk {
             Some(pk) => {
+                self.within(&mut prepared, &pk);
                 let prefix = partition::encode_prefix(&pk);
                 match from {
                     // A continued unordered scan seeks to the cursor's item.
@@ -197,9 +205,13 @@ impl Container {
     /// The partition a query's WHERE pins with `c.<partition key path> = value`, if any.
     fn pinned_partition(&self, q: &Prepared<'_>) -> Option<PartitionKey> {
         let path = self.pk_segments();
-        let value = q.required_value(&path)?;
-        // Build an item holding `value` at the path and extract its key: one definition of
-        // how a value maps to a partition.
+        self.partition_of(&path, q.required_value(&path)?)
+    }
+
+    /// The partition of an item holding `value` at the partition key path (`path`, its
+    /// segments), if it can hold that value: one definition of how a value maps to a
+    /// partition.
+    fn partition_of(&self, path: &[String], value: Value) -> Option<PartitionKey> {
         let mut item = value;
         for seg in path.iter().rev() {
             let mut m = Map::new();
@@ -207,6 +219,15 @@ impl Container {
             item = Value::Object(m);
         }
         partition::extract(&item, &self.props.partition_key_path).ok()
+    }
+
+    /// Tells `q` that it reads only partition `pk`'s items, so that the WHERE's terms the
+    /// partition makes true are not evaluated ([`Prepared::within_partition`]).
+    fn within(&self, q: &mut Prepared<'_>, pk: &PartitionKey) {
+        let path = self.pk_segments();
+        q.within_partition(&path, |v| {
+            self.partition_of(&path, v.clone()).as_ref() == Some(pk)
+        });
     }
 }
 

@@ -381,6 +381,17 @@ pub(crate) struct Prepared<'a> {
     select: Select,
     params: &'a HashMap<String, Value>,
     shape: Shape,
+    /// The WHERE and shape for document items read from one partition, when some of the
+    /// WHERE's terms hold for every such item ([`Prepared::within_partition`]).
+    pinned: Option<Pinned>,
+}
+
+/// What a query evaluates for a document item (record flag `DOC`) read from a pinned
+/// partition: the WHERE without the terms the partition makes true, and the shape of what
+/// that leaves to read.
+struct Pinned {
+    filter: Option<Expr>,
+    shape: Shape,
 }
 
 /// Parses and checks `query` (400 on any problem, before anything is read).
@@ -391,6 +402,7 @@ pub(crate) fn prepare(query: &Query) -> Result<Prepared<'_>> {
         shape: Shape::of(&select),
         select,
         params: &query.params,
+        pinned: None,
     })
 }
 
@@ -420,6 +432,69 @@ impl Prepared<'_> {
                 _ => None,
             }
         })
+    }
+
+    /// Tells the query that every item it reads is in one partition (a prefix scan of it, or
+    /// an index walk bounded to it): the top-level `AND` terms `c.<path> = v` (`path`: the
+    /// partition key path) with a literal or parameter `v` for which `same_partition(v)`
+    /// holds are then true for every document item read, and are not evaluated for them.
+    ///
+    /// Why that is exact: the document layer writes an item (flag `DOC`) only under the key
+    /// its own partition key value gives (create, upsert and bulk derive the key from the
+    /// body; replace and batch refuse a body whose value differs; patch refuses the path),
+    /// and two partitions never share a key prefix. Equal partition keys are equal values
+    /// under `=`: strings, booleans and null exactly, numbers as the same `f64` (`-0` taken
+    /// as `0`), which is how `=` compares numbers too. Items written through the key-value
+    /// API carry no `DOC` flag and are checked by the whole WHERE. Not used with a JOIN (the
+    /// WHERE then runs per joined row).
+    pub(crate) fn within_partition(
+        &mut self,
+        path: &[String],
+        same_partition: impl Fn(&Value) -> bool,
+    ) {
+        let Some(f) = &self.select.filter else {
+            return;
+        };
+        if !self.select.joins.is_empty() {
+            return;
+        }
+        let mut terms = Vec::new();
+        conjuncts(f, &mut terms);
+        let implied = |t: &Expr| {
+            let Expr::Binary(ast::BinOp::Eq, a, b) = t else {
+                return false;
+            };
+            let v = if is_path(a, path) {
+                b
+            } else if is_path(b, path) {
+                a
+            } else {
+                return false;
+            };
+            let v = match v.as_ref() {
+                Expr::Lit(Some(v)) => Some(v),
+                Expr::Param(name) => self.params.get(name),
+                _ => None,
+            };
+            v.is_some_and(|v| !v.is_array() && !v.is_object() && same_partition(v))
+        };
+        let kept: Vec<Expr> = terms
+            .iter()
+            .filter(|t| !implied(t))
+            .map(|t| (*t).clone())
+            .collect();
+        if kept.len() == terms.len() {
+            return;
+        }
+        let filter = kept
+            .into_iter()
+            .reduce(|a, b| Expr::Binary(ast::BinOp::And, Box::new(a), Box::new(b)));
+        let mut reduced = self.select.clone();
+        reduced.filter = filter;
+        self.pinned = Some(Pinned {
+            shape: Shape::of(&reduced),
+            filter: reduced.filter,
+        });
     }
 
     /// Where an unordered scan may start for this page: the item key of the cursor (rows of
@@ -457,7 +532,7 @@ impl Prepared<'_> {
         items: impl Source,
         page: &PageSpec,
     ) -> Result<(Vec<Out>, Option<Cursor>)> {
-        run_select(&self.select, &self.shape, self.params, items, page, false)
+        run_select(&self, items, page, false)
     }
 
     /// As [`Prepared::run`], over items that come in the query's `ORDER BY` order (an index
@@ -467,7 +542,7 @@ impl Prepared<'_> {
         items: impl Source,
         page: &PageSpec,
     ) -> Result<(Vec<Out>, Option<Cursor>)> {
-        run_select(&self.select, &self.shape, self.params, items, page, true)
+        run_select(&self, items, page, true)
     }
 
     /// The path and direction of a single `ORDER BY c.<path>` that an index walk can serve:
@@ -641,10 +716,13 @@ fn project(q: &Select, row: &Row, params: &HashMap<String, Value>) -> Val {
 }
 
 /// True when the query's WHERE (if any) is `true` for the row.
-fn passes(q: &Select, doc: &Value, vars: &[Value], params: &HashMap<String, Value>) -> bool {
-    q.filter
-        .as_ref()
-        .is_none_or(|f| eval(f, &Ctx { doc, vars, params }) == Some(Value::Bool(true)))
+fn passes(
+    filter: Option<&Expr>,
+    doc: &Value,
+    vars: &[Value],
+    params: &HashMap<String, Value>,
+) -> bool {
+    filter.is_none_or(|f| eval(f, &Ctx { doc, vars, params }) == Some(Value::Bool(true)))
 }
 
 /// Where a page of a query resumes.
@@ -687,13 +765,12 @@ fn position_cmp(
 }
 
 fn run_select(
-    q: &Select,
-    shape: &Shape,
-    params: &HashMap<String, Value>,
+    p: &Prepared<'_>,
     mut items: impl Source,
     page: &PageSpec,
     presorted: bool,
 ) -> Result<(Vec<Out>, Option<Cursor>)> {
+    let (q, shape, params) = (&p.select, &p.shape, p.params);
     let top = q
         .top
         .as_ref()
@@ -762,8 +839,12 @@ fn run_select(
             break;
         }
         let next = items.next_with(|key, text, written| {
+            let (shape, filter) = match &p.pinned {
+                Some(pinned) if written => (&pinned.shape, pinned.filter.as_ref()),
+                _ => (shape, q.filter.as_ref()),
+            };
             let doc = shape.parse(text, written)?;
-            if prefilter && !passes(q, &doc, &[], params) {
+            if prefilter && !passes(filter, &doc, &[], params) {
                 return Ok(None);
             }
             Ok(Some((key.to_vec(), doc, shape.stored_rows.then(|| text.to_vec()))))
@@ -776,7 +857,7 @@ fn run_select(
             if early_stop.is_some_and(|n| rows.len() >= n) {
                 break 'items;
             }
-            if !prefilter && !passes(q, &row.doc, &row.vars, params) {
+            if !prefilter && !passes(q.filter.as_ref(), &row.doc, &row.vars, params) {
                 continue;
             }
             if let Some(groups) = &mut groups {
