@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use super::container::{etag_of, finish, Container, ItemOptions};
 use super::partition::{self, PartitionKey};
-use super::patch::{compile, parse_current, patch_doc, PatchOp};
+use super::patch::{check_home, compile, parse_current, patch_doc, PatchOp};
 use super::precheck;
 use super::query::Predicate;
 use super::validate;
@@ -396,6 +396,7 @@ impl Container {
                                 .as_deref()
                                 .map(Predicate::parse)
                                 .transpose()?;
+                            check_home(current.as_ref(), &batch.pk, &pk_path, id)?;
                             let (bytes, ttl, stored) = patch_doc(
                                 current.clone(),
                                 id,

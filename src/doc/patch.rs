@@ -524,6 +524,28 @@ pub(super) fn patch_doc(
     finish(into_map(doc), id, now_ms, limit)
 }
 
+/// Refuses (400) to patch a stored value whose partition key (at `pk_path`) is not `pk`, the
+/// partition it is stored under: a value put there through the key-value API, which a patch
+/// would otherwise turn into a document item contradicting its own key (queries rely on a
+/// document item's key naming its partition: `Prepared::within_partition`).
+pub(super) fn check_home(
+    current: Option<&Value>,
+    pk: &PartitionKey,
+    pk_path: &str,
+    id: &str,
+) -> Result<()> {
+    match current {
+        Some(doc) if partition::extract(doc, pk_path).ok().as_ref() != Some(pk) => {
+            Err(Error::BadRequest(format!(
+                "item '{id}' cannot be patched: its partition key at '{pk_path}' is not that of \
+                 the partition it is stored under (it was not written as an item); replace it \
+                 instead"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Parses a stored item for a read-modify-write.
 pub(super) fn parse_current(bytes: Option<Vec<u8>>) -> Result<Option<Value>> {
     bytes
@@ -582,12 +604,14 @@ impl Container {
             .as_deref()
             .map(Predicate::parse)
             .transpose()?;
-        let key = partition::encode_key(&pk.into(), id);
+        let pk = pk.into();
+        let key = partition::encode_key(&pk, id);
         let limit = self.db.max_item_size();
         let mut out = None;
         let mut stage = self.db.indexes().stage(&self.ks);
         let done = self.write_items(|view| {
             let current = parse_current(view.get(&key)?)?;
+            check_home(current.as_ref(), &pk, &self.props.partition_key_path, id)?;
             let (bytes, ttl, stored) = patch_doc(
                 current,
                 id,

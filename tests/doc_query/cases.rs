@@ -530,6 +530,31 @@ fn a_pinned_partition_skips_only_the_terms_it_makes_true() {
         ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 'b' ORDER BY c.id"),
         vec!["3", "4"]
     );
+    // A patch would turn the stray into a document item contradicting its key: refused, alone
+    // or in a batch, and the stray stays out of partition 'a's results.
+    let err = c
+        .patch_item("a", "stray", &[ebbdb::PatchOp::set("/n", 1)])
+        .expect_err("a patch of a value from another partition");
+    assert!(matches!(err, ebbdb::Error::BadRequest(_)), "{err:?}");
+    let mut batch = ebbdb::TransactionalBatch::new("a");
+    batch.patch_item("stray", &[ebbdb::PatchOp::set("/n", 1)]);
+    let done = c.execute_batch(&batch).expect("batch");
+    assert!(!done.is_success());
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 'a'"),
+        vec!["1", "2"]
+    );
+    // A value whose partition key matches its key is patched as an item.
+    let home = ebbdb::doc::partition::encode_key(&"a".into(), "home");
+    c.keyspace()
+        .put(&home, br#"{"id":"home","pk":"a","n":0}"#)
+        .expect("raw put");
+    c.patch_item("a", "home", &[ebbdb::PatchOp::set("/n", 1)])
+        .expect("patch");
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 'a' AND c.n = 1"),
+        vec!["home"]
+    );
     for (id, pk) in [("one", json!(1)), ("zero", json!(-0.0)), ("t", json!(true))] {
         c.create_item(&json!({"id": id, "pk": pk, "n": 1}))
             .expect("create");
@@ -544,6 +569,32 @@ fn a_pinned_partition_skips_only_the_terms_it_makes_true() {
         ids(&c, "SELECT VALUE c.id FROM c WHERE c.pk = 1 AND c.pk = 2"),
         Vec::<String>::new()
     );
+}
+
+/// A partition key path naming a system property: the property is stamped anew when an
+/// item is written, so the item's key need not name what its text holds there, and the
+/// WHERE's equality on it is evaluated as written.
+#[test]
+fn a_system_property_partition_key_is_still_checked_by_the_where() {
+    let (_d, _c, db, _) = setup();
+    let c = db.create_container(props("sys", "/_rid")).expect("container");
+    c.create_item(&json!({"id": "1", "_rid": "a", "n": 1}))
+        .expect("create");
+    assert_eq!(
+        ids(&c, "SELECT VALUE c.id FROM c WHERE c._rid = 'a'"),
+        Vec::<String>::new()
+    );
+    let q = Query::new("SELECT VALUE c.id FROM c");
+    let opts = QueryOptions {
+        partition_key: Some("a".into()),
+        ..QueryOptions::default()
+    };
+    let all: Vec<Value> = c
+        .query_with(&q, &opts)
+        .expect("query")
+        .collect::<ebbdb::Result<_>>()
+        .expect("rows");
+    assert_eq!(all, vec![json!("1")]);
 }
 
 #[test]

@@ -22,6 +22,7 @@ use serde_json::{Map, Value};
 use super::Container;
 use crate::doc::index::IndexSet;
 use crate::doc::partition::{self, PartitionKey};
+use crate::doc::validate::SYSTEM_PROPERTIES;
 use crate::doc::query::{
     self, Chosen, Cursor, Ordered, Out, Owned, PageSpec, Prepared, Query, QueryOptions,
 };
@@ -225,6 +226,14 @@ impl Container {
     /// partition makes true are not evaluated ([`Prepared::within_partition`]).
     fn within(&self, q: &mut Prepared<'_>, pk: &PartitionKey) {
         let path = self.pk_segments();
+        // A system property's value is replaced when an item is written, so an item's key
+        // need not name the partition its stored text holds there.
+        if path
+            .first()
+            .is_some_and(|p| SYSTEM_PROPERTIES.contains(&p.as_str()))
+        {
+            return;
+        }
         q.within_partition(&path, |v| {
             self.partition_of(&path, v.clone()).as_ref() == Some(pk)
         });

@@ -441,8 +441,10 @@ impl Prepared<'_> {
     ///
     /// Why that is exact: the document layer writes an item (flag `DOC`) only under the key
     /// its own partition key value gives (create, upsert and bulk derive the key from the
-    /// body; replace and batch refuse a body whose value differs; patch refuses the path),
-    /// and two partitions never share a key prefix. Equal partition keys are equal values
+    /// body; replace and batch refuse a body whose value differs; patch refuses the path,
+    /// and a stored value whose partition key is not its partition's), and two partitions
+    /// never share a key prefix. The caller does not call this for a partition key path
+    /// under a system property (its value is stamped anew on every write). Equal partition keys are equal values
     /// under `=`: strings, booleans and null exactly, numbers as the same `f64` (`-0` taken
     /// as `0`), which is how `=` compares numbers too. Items written through the key-value
     /// API carry no `DOC` flag and are checked by the whole WHERE. Not used with a JOIN (the
