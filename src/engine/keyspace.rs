@@ -13,6 +13,7 @@ use super::{Inner, Store};
 use crate::error::{Error, Result};
 use crate::format::record::FLAG_IN_BATCH;
 use crate::keydir::{Entry, KeyspaceCore};
+use crate::log::mmap;
 use crate::ttl::{self, DefaultTtl, ItemTtl, Ttl};
 
 mod bulk;
@@ -492,6 +493,7 @@ impl Iter {
         f: impl FnOnce(&[u8], &[u8], bool) -> R,
     ) -> Option<Result<R>> {
         loop {
+            self.prefetch(AHEAD);
             match self.buf.pop_front() {
                 Some((k, Shown::Value(v))) => return Some(Ok(f(&self.keys[k], &v, false))),
                 Some((k, Shown::Entry(e))) => {
@@ -511,6 +513,36 @@ impl Iter {
                 return None;
             }
             self.refill();
+            for i in 0..AHEAD {
+                self.prefetch(i);
+            }
+        }
+    }
+
+    /// Starts loading the record of the chunk's `i`-th item into the caches.
+    fn prefetch(&self, i: usize) {
+        prefetch(self.buf.get(i).map(|(_, shown)| shown), &self.segs);
+    }
+}
+
+/// How many items ahead of the one being read a scan prefetches.
+const AHEAD: usize = 8;
+
+/// Starts loading the record `shown` points at (if any) into the caches, without waiting
+/// ([`mmap::prefetch`]). A scan in key order reads a log written in time order, and an index
+/// picks keys scattered over it, so consecutive records usually lie far apart: each is a
+/// cache miss (and a TLB miss), which, met one at a time between the decoding and parsing of
+/// the previous item, come one after another. Asked for `AHEAD` items early, they overlap.
+/// A full scan of 1 M keys written in random order went from 2.7-2.8 M to 5.1-5.2 M keys/s,
+/// an unindexed query filter over 1 M documents from 451 to 316 ms (DESIGN §3.1).
+fn prefetch(shown: Option<&Shown>, segs: &[(u32, SegRef)]) {
+    if let Some(Shown::Entry(e)) = shown {
+        if let Some(bytes) = segs
+            .iter()
+            .find(|(id, _)| *id == e.file)
+            .and_then(|(_, seg)| seg.mapped(e.offset, e.len))
+        {
+            mmap::prefetch(bytes);
         }
     }
 }
@@ -520,6 +552,7 @@ impl Iterator for Iter {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
+            self.prefetch(AHEAD);
             match self.buf.pop_front() {
                 Some((k, Shown::Value(v))) => return Some(Ok((self.keys[k].to_vec(), v))),
                 Some((k, Shown::Entry(e))) => {
@@ -540,6 +573,9 @@ impl Iterator for Iter {
                 return None;
             }
             self.refill();
+            for i in 0..AHEAD {
+                self.prefetch(i);
+            }
         }
     }
 }
