@@ -81,13 +81,16 @@ impl ActiveMap {
 /// Asks the processor to start loading `bytes` into its caches, without waiting for them: a
 /// scan calls it for a record a few items ahead of the one it decodes, so the misses of
 /// records scattered over the log overlap instead of coming one after another. A hint only:
-/// it reads nothing and cannot fault (a prefetch of an unmapped address is dropped); on
-/// targets other than x86-64 it does nothing.
+/// it reads nothing and cannot fault (a prefetch of an unmapped address is dropped). Only
+/// the first [`PREFETCH_MAX`] bytes: a record's first lines are what stall the decoding, and
+/// a large value prefetched whole would push the record being read out of the caches. Does
+/// nothing on targets other than x86-64 with SSE.
 #[inline]
 pub fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = &bytes[..bytes.len().min(PREFETCH_MAX)];
         // Every 64th byte, and the last: a record need not start on a cache line.
         let lines = bytes
             .iter()
@@ -95,15 +98,18 @@ pub fn prefetch(bytes: &[u8]) {
             .chain(bytes.last())
             .map(std::ptr::from_ref);
         for p in lines {
-            // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 processor has (it is in
-            // the target's baseline), and a prefetch neither reads into the program nor
-            // faults, whatever the address; `p` points into a live slice anyway.
+            // SAFETY: `_mm_prefetch` needs SSE, which this build targets (the `cfg` above),
+            // and a prefetch neither reads into the program nor faults, whatever the
+            // address; `p` points into a live slice anyway.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
     let _ = bytes;
 }
+
+/// How much of a record [`prefetch`] asks for.
+pub const PREFETCH_MAX: usize = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -112,8 +118,8 @@ mod tests {
     /// A hint over any slice, empty or not, line-aligned or not, changes nothing it covers.
     #[test]
     fn a_prefetch_leaves_every_slice_as_it_was() {
-        let bytes: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
-        for (start, end) in [(0, 0), (0, 1), (3, 67), (64, 128), (1, 1000), (999, 1000)] {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        for (start, end) in [(0, 0), (0, 1), (3, 67), (64, 128), (1, 1000), (999, 10_000)] {
             prefetch(&bytes[start..end]);
         }
         assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
