@@ -71,6 +71,59 @@ pub(crate) fn parse_fields(bytes: &[u8], wanted: &[String], doc: bool) -> serde_
     Ok(v)
 }
 
+/// As [`parse_fields`], into `scratch`, reusing what it holds: when `scratch` is an object
+/// left by the previous item of a scan, a property found again takes the place of the old
+/// value (the name and the map's node are not allocated again) and one not found is removed.
+/// A scan that drops most items so allocates only their values.
+///
+/// # Errors
+/// As [`parse_fields`]; `scratch` is then unspecified.
+pub(crate) fn parse_fields_into(
+    bytes: &[u8],
+    wanted: &[String],
+    doc: bool,
+    scratch: &mut Value,
+) -> serde_json::Result<()> {
+    let Value::Object(out) = scratch else {
+        *scratch = parse_fields(bytes, wanted, doc)?;
+        return Ok(());
+    };
+    if wanted.len() > 64 {
+        *scratch = parse_fields(bytes, wanted, doc)?;
+        return Ok(());
+    }
+    let mut seen = 0u64;
+    let mut bad = false;
+    let skimmed = skim::fields(bytes, wanted, doc, |i, text| {
+        match serde_json::from_slice(text) {
+            Ok(v) => {
+                match out.get_mut(&wanted[i]) {
+                    Some(slot) => *slot = v,
+                    None => {
+                        out.insert(wanted[i].clone(), v);
+                    }
+                }
+                seen |= 1 << i;
+            }
+            Err(_) => bad = true,
+        }
+    });
+    if skimmed.is_ok() && !bad {
+        for (i, name) in wanted.iter().enumerate() {
+            if seen & (1 << i) == 0 {
+                out.remove(name);
+            }
+        }
+        // Names another shape wanted (a query reads items of two kinds with two shapes).
+        if out.len() != seen.count_ones() as usize {
+            out.retain(|k, _| wanted.contains(k));
+        }
+        return Ok(());
+    }
+    *scratch = parse_fields(bytes, wanted, doc)?;
+    Ok(())
+}
+
 /// The deepest nesting of objects and arrays in JSON text (0 for a scalar), found without
 /// recursion. Brackets inside strings do not count. Meant for well-formed text; on anything
 /// else it returns some number and the parser reports the real problem.
@@ -104,6 +157,50 @@ pub(crate) fn depth(bytes: &[u8]) -> usize {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    /// One scratch value carried across a sequence of texts (objects with and without the
+    /// wanted names, a repeated name, a nested value, text the skim refuses, JSON that is not
+    /// an object, and three sets of names in turn, as a query reading items of two kinds
+    /// does) gives, after each text, what a fresh `parse_fields` gives.
+    #[test]
+    fn a_reused_scratch_gives_what_a_fresh_parse_gives() {
+        let texts: [&[u8]; 9] = [
+            br#"{"a":1,"b":"x","c":[1,2]}"#,
+            br#"{"b":"y"}"#,
+            br#"{"c":{"d":[true,null]},"z":5}"#,
+            br#"{"a":1,"a":2,"b":"dup"}"#,
+            br#"[1,2,3]"#,
+            br#"{"a":"\ud800","b":3}"#,
+            br#"{}"#,
+            br#"{"a":null,"b":false,"c":"z"}"#,
+            br#"{"b":1e400}"#,
+        ];
+        let sets: [Vec<String>; 3] = [
+            vec!["a".into(), "b".into()],
+            vec!["c".into()],
+            vec!["b".into(), "c".into(), "zz".into()],
+        ];
+        for doc in [false, true] {
+            let mut scratch = Value::Object(Map::new());
+            for round in 0..3 {
+                for (t, text) in texts.iter().enumerate() {
+                    let wanted = &sets[(t + round) % sets.len()];
+                    let fresh = parse_fields(text, wanted, doc);
+                    let reused = parse_fields_into(text, wanted, doc, &mut scratch);
+                    match fresh {
+                        Ok(v) => {
+                            assert!(reused.is_ok(), "{t} {round}");
+                            assert_eq!(scratch, v, "text {t}, round {round}, doc {doc}");
+                        }
+                        Err(_) => {
+                            assert!(reused.is_err(), "{t} {round}");
+                            scratch = Value::Object(Map::new());
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     fn nested(depth: usize) -> String {
         format!("{}{}", "[".repeat(depth), "]".repeat(depth))

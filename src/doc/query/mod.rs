@@ -836,6 +836,7 @@ fn run_select(
     // Without JOIN a row is its item: the WHERE runs while the engine lends the item's
     // text, and only the items it keeps are copied.
     let prefilter = q.joins.is_empty();
+    let mut scratch = Value::Object(Map::new());
     'items: loop {
         if early_stop.is_some_and(|n| rows.len() >= n) {
             break;
@@ -845,10 +846,12 @@ fn run_select(
                 Some(pinned) if written => (&pinned.shape, pinned.filter.as_ref()),
                 _ => (shape, q.filter.as_ref()),
             };
-            let doc = shape.parse(text, written)?;
-            if prefilter && !passes(filter, &doc, &[], params) {
+            // An item the WHERE drops leaves its map for the next one to reuse.
+            shape.parse_into(text, written, &mut scratch)?;
+            if prefilter && !passes(filter, &scratch, &[], params) {
                 return Ok(None);
             }
+            let doc = std::mem::replace(&mut scratch, Value::Object(Map::new()));
             Ok(Some((key.to_vec(), doc, shape.stored_rows.then(|| text.to_vec()))))
         });
         let Some(item) = next else { break };

@@ -63,12 +63,14 @@ impl Shape {
         }
     }
 
-    /// The item as the query's expressions see it: whole, or only the properties they read
-    /// (`doc`: the record carries the `DOC` flag, so the reading may stop once it has them).
-    pub(crate) fn parse(&self, bytes: &[u8], doc: bool) -> Result<Value> {
+    /// The item as the query's expressions see it, into `scratch`: whole, or only the
+    /// properties they read (`doc`: the record carries the `DOC` flag, so the reading may
+    /// stop once it has them). `scratch` is the previous item's, its map reused (see
+    /// [`stored::parse_fields_into`]).
+    pub(crate) fn parse_into(&self, bytes: &[u8], doc: bool, scratch: &mut Value) -> Result<()> {
         match &self.reads {
-            Reads::Whole => stored::parse(bytes),
-            Reads::Fields(names) => stored::parse_fields(bytes, names, doc),
+            Reads::Whole => stored::parse(bytes).map(|v| *scratch = v),
+            Reads::Fields(names) => stored::parse_fields_into(bytes, names, doc, scratch),
         }
         .map_err(not_json)
     }
@@ -135,7 +137,7 @@ impl Out {
 /// drops is never copied.
 pub(crate) trait Source {
     /// The next item, given to `f` with its key, its text and whether its record carries the
-    /// `DOC` flag (the document layer wrote the text: see [`Shape::parse`]).
+    /// `DOC` flag (the document layer wrote the text: see [`Shape::parse_into`]).
     fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>)
         -> Option<Result<R>>;
 }
