@@ -121,6 +121,10 @@ pub(crate) struct Inner {
     pub(crate) catalog: RwLock<Catalog>,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
+    /// Writes appended under `SyncPolicy::Always` (counted under the log mutex): a group
+    /// commit's leader waits a moment for as many as the last fsync covered
+    /// ([`Inner::gather`]).
+    pub(crate) appends: AtomicU64,
     pub(crate) poisoned: AtomicBool,
     closed: AtomicBool,
     hw_ms: AtomicU64,
@@ -271,10 +275,17 @@ pub(crate) struct Catalog {
     pub(crate) by_id: HashMap<u32, Arc<KeyspaceCore>>,
 }
 
+/// The longest a group commit's leader waits for the writers of the last group
+/// ([`Inner::gather`]).
+const GATHER: std::time::Duration = std::time::Duration::from_micros(100);
+
 #[derive(Debug, Default)]
 struct SyncState {
     synced: u64,
     in_progress: bool,
+    /// Writes the last fsync covered, and the count of appends it covered up to.
+    group: u64,
+    covered: u64,
 }
 
 /// The expiry timers and how far expiry has been processed.
@@ -726,12 +737,18 @@ impl Inner {
                 continue;
             }
             s.in_progress = true;
+            let (group, since) = (s.group, s.covered);
             drop(s);
+            self.gather(group, since);
             let result = self.flush_and_fsync();
             s = self.sync.lock();
             s.in_progress = false;
             match result {
-                Ok(upto) => s.synced = s.synced.max(upto),
+                Ok((upto, appends)) => {
+                    s.synced = s.synced.max(upto);
+                    s.group = appends.saturating_sub(s.covered);
+                    s.covered = s.covered.max(appends);
+                }
                 Err(e) => {
                     // The leader reports the cause (e.g. ENOSPC); writers it was covering, and
                     // every later one, see `Poisoned`.
@@ -744,17 +761,38 @@ impl Inner {
         }
     }
 
+    /// Before a group commit's fsync, waits (at most [`GATHER`]) until as many writes as the
+    /// last fsync covered (`group`) have been appended since it (`since`, the count it
+    /// covered): the writers it released come back to the log some microseconds apart (each
+    /// is woken in turn), and a leader that synced at once would cover only itself, leaving
+    /// the rest to wait a whole fsync more. Yields rather than spins: on two cores the
+    /// writers need the processor to get there. A lone writer never waits (a group of one is
+    /// its own write).
+    fn gather(&self, group: u64, since: u64) {
+        let start = std::time::Instant::now();
+        while self.appends.load(Ordering::Acquire).saturating_sub(since) < group
+            && start.elapsed() < GATHER
+        {
+            std::thread::yield_now();
+        }
+    }
+
     /// Flushes the active buffer, commits the rotations before it and fsyncs the active file;
     /// returns the position covered.
-    fn flush_and_fsync(&self) -> Result<u64> {
-        let (upto, file, rotations) = {
+    fn flush_and_fsync(&self) -> Result<(u64, u64)> {
+        let (upto, appends, file, rotations) = {
             let mut log = self.log.lock();
             if let Err(e) = log.active.flush() {
                 self.poison();
                 return Err(Error::io_at(log.active.shared.current_path(), e));
             }
             let rotations = self.rotations_started.load(Ordering::Acquire);
-            (log.appended, Arc::clone(&log.active.shared), rotations)
+            (
+                log.appended,
+                self.appends.load(Ordering::Acquire),
+                Arc::clone(&log.active.shared),
+                rotations,
+            )
         };
         // Bytes before a rotation lie in files only its manifest makes part of the store.
         if self.rotations_durable.load(Ordering::Acquire) < rotations {
@@ -766,7 +804,7 @@ impl Inner {
         file.sync(true)
             .at(file.current_path())
             .inspect_err(|_| self.poison())?;
-        Ok(upto)
+        Ok((upto, appends))
     }
 
     pub(crate) fn sync_all(&self) -> Result<()> {

@@ -431,6 +431,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         catalog: RwLock::new(catalog),
         sync: Mutex::new(super::SyncState::default()),
         sync_cv: Condvar::new(),
+        appends: AtomicU64::new(0),
         poisoned: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         hw_ms: AtomicU64::new(now_ms),

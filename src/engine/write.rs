@@ -520,6 +520,9 @@ impl Inner {
             }
             drop(guards);
             log.appended += total as u64;
+            if matches!(self.opts.sync, SyncPolicy::Always) {
+                self.appends.fetch_add(1, Ordering::AcqRel);
+            }
             log.segstats.entry(file).or_default().add(&added);
             for (f, bytes) in dead {
                 if let Some(s) = log.segstats.get_mut(&f) {
