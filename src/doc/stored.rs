@@ -164,25 +164,32 @@ mod tests {
     /// does) gives, after each text, what a fresh `parse_fields` gives.
     #[test]
     fn a_reused_scratch_gives_what_a_fresh_parse_gives() {
-        let texts: [&[u8]; 9] = [
+        let texts: [&[u8]; 12] = [
             br#"{"a":1,"b":"x","c":[1,2]}"#,
             br#"{"b":"y"}"#,
             br#"{"c":{"d":[true,null]},"z":5}"#,
             br#"{"a":1,"a":2,"b":"dup"}"#,
             br#"[1,2,3]"#,
+            br#"{"a":5,"c":1}"#,
+            br#""text""#,
+            br#"{"c":2,"b":[]}"#,
             br#"{"a":"\ud800","b":3}"#,
             br#"{}"#,
             br#"{"a":null,"b":false,"c":"z"}"#,
             br#"{"b":1e400}"#,
         ];
-        let sets: [Vec<String>; 3] = [
+        // The last: 64 names (the widest set read with early stops), "a" the 64th.
+        let mut wide: Vec<String> = (0..63).map(|i| format!("n{i:02}")).collect();
+        wide.push("a".into());
+        let sets: [Vec<String>; 4] = [
             vec!["a".into(), "b".into()],
             vec!["c".into()],
             vec!["b".into(), "c".into(), "zz".into()],
+            wide,
         ];
         for doc in [false, true] {
             let mut scratch = Value::Object(Map::new());
-            for round in 0..3 {
+            for round in 0..sets.len() {
                 for (t, text) in texts.iter().enumerate() {
                     let wanted = &sets[(t + round) % sets.len()];
                     let fresh = parse_fields(text, wanted, doc);
@@ -194,6 +201,7 @@ mod tests {
                         }
                         Err(_) => {
                             assert!(reused.is_err(), "{t} {round}");
+                            // An error ends a query: its scratch is not used again.
                             scratch = Value::Object(Map::new());
                         }
                     }
