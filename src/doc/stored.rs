@@ -95,6 +95,34 @@ pub(crate) fn parse_fields_into(
     let mut seen = 0u64;
     let mut bad = false;
     let skimmed = skim::fields(bytes, wanted, doc, |i, text| {
+        // A string without escapes (the skim checked it: no control characters, valid
+        // UTF-8) is its bytes between the quotes, written into the old string if the slot
+        // held one: most filtered properties are such strings.
+        if let Some(plain) = plain_string(text) {
+            match out.get_mut(&wanted[i]) {
+                Some(Value::String(old)) => {
+                    old.clear();
+                    old.push_str(plain);
+                }
+                Some(slot) => *slot = Value::String(plain.to_owned()),
+                None => {
+                    out.insert(wanted[i].clone(), Value::String(plain.to_owned()));
+                }
+            }
+            seen |= 1 << i;
+            return;
+        }
+        // A small non-negative integer, as the parser would give it.
+        if let Some(n) = small_uint(text) {
+            match out.get_mut(&wanted[i]) {
+                Some(slot) => *slot = Value::from(n),
+                None => {
+                    out.insert(wanted[i].clone(), Value::from(n));
+                }
+            }
+            seen |= 1 << i;
+            return;
+        }
         match serde_json::from_slice(text) {
             Ok(v) => {
                 match out.get_mut(&wanted[i]) {
@@ -122,6 +150,28 @@ pub(crate) fn parse_fields_into(
     }
     *scratch = parse_fields(bytes, wanted, doc)?;
     Ok(())
+}
+
+/// The contents of `text` when it is a JSON string holding no escape (`"abc"`), as the
+/// skim vouched for it.
+fn plain_string(text: &[u8]) -> Option<&str> {
+    let inner = text.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.contains(&b'\\') {
+        return None;
+    }
+    std::str::from_utf8(inner).ok()
+}
+
+/// The value of `text` when it is a non-negative integer of at most 18 digits with no
+/// leading zero (what `serde_json` reads as an unsigned integer); `None` for anything else,
+/// which the parser reads (signs, fractions, exponents: `-0` is a float there).
+fn small_uint(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || text.len() > 18 || (text.len() > 1 && text[0] == b'0') {
+        return None;
+    }
+    text.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
 }
 
 /// The deepest nesting of objects and arrays in JSON text (0 for a scalar), found without
@@ -164,8 +214,13 @@ mod tests {
     /// does) gives, after each text, what a fresh `parse_fields` gives.
     #[test]
     fn a_reused_scratch_gives_what_a_fresh_parse_gives() {
-        let texts: [&[u8]; 12] = [
+        let texts: [&[u8]; 17] = [
             br#"{"a":1,"b":"x","c":[1,2]}"#,
+            br#"{"a":0,"b":-0,"c":999999999999999999}"#,
+            br#"{"a":1.5,"b":10,"c":1000000000000000000,"zz":-7}"#,
+            r#"{"a":"text","b":"a\nb\u00e9","c":"ünï"}"#.as_bytes(),
+            br#"{"a":"","b":"\"q\"","c":"longer than the string before it"}"#,
+            br#"{"a":"shorter","c":"x"}"#,
             br#"{"b":"y"}"#,
             br#"{"c":{"d":[true,null]},"z":5}"#,
             br#"{"a":1,"a":2,"b":"dup"}"#,
