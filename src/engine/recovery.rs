@@ -171,9 +171,9 @@ struct Combined {
 }
 
 impl Combined {
-    /// The newest record of each key of keyspace `id` (tombstones included), in key order:
-    /// the runs merged, each key's first record kept.
-    /// Only those for which `keep` (called once per key, on its newest record) says so.
+    /// The newest record of each key of keyspace `id`, in key order (the runs merged, each
+    /// key's first record kept), where `keep`, called once per key on that record (a
+    /// tombstone too), says so.
     fn take_keys(
         &mut self,
         id: u32,
