@@ -415,23 +415,28 @@ impl Prepared<'_> {
         if let Some(f) = &self.select.filter {
             conjuncts(f, &mut terms);
         }
-        terms.into_iter().find_map(|t| {
-            let Expr::Binary(ast::BinOp::Eq, a, b) = t else {
-                return None;
-            };
-            let v = if is_path(a, path) {
-                b
-            } else if is_path(b, path) {
-                a
-            } else {
-                return None;
-            };
-            match v.as_ref() {
-                Expr::Lit(Some(v)) => Some(v.clone()),
-                Expr::Param(name) => self.params.get(name).cloned(),
-                _ => None,
-            }
-        })
+        terms
+            .into_iter()
+            .find_map(|t| self.equality_on(t, path).cloned())
+    }
+
+    /// The literal or bound parameter `v` when `t` is `c.<path> = v` (either way round).
+    fn equality_on<'s>(&'s self, t: &'s Expr, path: &[String]) -> Option<&'s Value> {
+        let Expr::Binary(ast::BinOp::Eq, a, b) = t else {
+            return None;
+        };
+        let v = if is_path(a, path) {
+            b
+        } else if is_path(b, path) {
+            a
+        } else {
+            return None;
+        };
+        match v.as_ref() {
+            Expr::Lit(Some(v)) => Some(v),
+            Expr::Param(name) => self.params.get(name),
+            _ => None,
+        }
     }
 
     /// Tells the query that every item it reads is in one partition (a prefix scan of it, or
@@ -463,22 +468,8 @@ impl Prepared<'_> {
         let mut terms = Vec::new();
         conjuncts(f, &mut terms);
         let implied = |t: &Expr| {
-            let Expr::Binary(ast::BinOp::Eq, a, b) = t else {
-                return false;
-            };
-            let v = if is_path(a, path) {
-                b
-            } else if is_path(b, path) {
-                a
-            } else {
-                return false;
-            };
-            let v = match v.as_ref() {
-                Expr::Lit(Some(v)) => Some(v),
-                Expr::Param(name) => self.params.get(name),
-                _ => None,
-            };
-            v.is_some_and(|v| !v.is_array() && !v.is_object() && same_partition(v))
+            self.equality_on(t, path)
+                .is_some_and(|v| !v.is_array() && !v.is_object() && same_partition(v))
         };
         let kept: Vec<Expr> = terms
             .iter()
