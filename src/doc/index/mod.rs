@@ -796,6 +796,7 @@ impl IndexSet {
             desc,
             at: 0,
             after: None,
+            batch: WALK_FIRST,
         };
         let (t, picked) = self.current(|| self.ks.picked());
         let first = walk.collect(&t, keep);
@@ -918,10 +919,18 @@ pub(crate) struct Walk {
     desc: bool,
     at: usize,
     after: Option<Vec<u8>>,
+    /// How many item keys the next hold of the lock takes (whole groups: at least one):
+    /// [`WALK_FIRST`], doubling up to [`WALK_BATCH`].
+    batch: usize,
 }
 
-/// How many item keys a walk takes per hold of the lock (whole groups: at least one).
+/// How many item keys a walk takes per hold of the lock, once under way.
 const WALK_BATCH: usize = 128;
+
+/// How many the first hold takes: a `TOP 10` reads about that many, and each group taken
+/// costs a copy of its keys (taking 128 made a `TOP 10 … ORDER BY` on an indexed path
+/// 0.04 ms against SQLite's 0.01).
+const WALK_FIRST: usize = 16;
 
 impl Walk {
     /// The next groups (see [`IndexSet::ordered`]); empty when the walk is over.
@@ -942,6 +951,8 @@ impl Walk {
     fn collect(&mut self, t: &Tables, keep: &dyn Fn(&[u8]) -> bool) -> Vec<Group> {
         let mut out: Vec<Group> = Vec::new();
         let mut taken = 0;
+        let batch = self.batch;
+        self.batch = (batch * 2).min(WALK_BATCH);
         let Some(tree) = t.trees.get(self.path) else {
             return out;
         };
@@ -973,7 +984,7 @@ impl Walk {
                         taken += keys.len();
                         out.push((value.as_slice().into(), keys));
                     }
-                    if taken >= WALK_BATCH {
+                    if taken >= batch {
                         full = true;
                         break;
                     }
