@@ -22,6 +22,17 @@ fn opts(clock: &ManualClock) -> Options {
 
 /// Opens a store in `dir`, writes 2,000 keys with a 10 s TTL and waits until the worker has
 /// deferred the hint of every sealed segment. Returns the store and the sealed count.
+/// Deletes every hint file of the store in `dir` (closed).
+fn remove_hints(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "hint") {
+            std::fs::remove_file(path)?;
+        }
+    }
+    Ok(())
+}
+
 fn store_of_dying_segments(dir: &Path, clock: &ManualClock) -> ebbdb::Result<(Store, usize)> {
     let store = Store::open_with(dir, opts(clock))?;
     let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
@@ -140,12 +151,7 @@ fn a_close_writes_the_hints_still_missing() -> ebbdb::Result<()> {
     assert!(sealed >= 3, "{sealed} sealed segments");
     // Take the hints away: the next open finds the segments without them, and with a tick
     // an hour away its worker writes none.
-    for entry in std::fs::read_dir(dir.path())? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "hint") {
-            std::fs::remove_file(path)?;
-        }
-    }
+    remove_hints(dir.path())?;
     {
         let store = Store::open_with(dir.path(), slow_ticks(&clock))?;
         assert_eq!(store.stats().hints_deferred, sealed);
@@ -180,12 +186,7 @@ fn a_close_whose_sync_fails_writes_no_hint() -> ebbdb::Result<()> {
             kept.put(i.to_be_bytes(), [8u8; 100])?;
         }
     }
-    for entry in std::fs::read_dir(dir.path())? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "hint") {
-            std::fs::remove_file(path)?;
-        }
-    }
+    remove_hints(dir.path())?;
     {
         let store = Store::open_with(dir.path(), slow_ticks.clone())?;
         assert!(store.stats().hints_deferred >= 3);

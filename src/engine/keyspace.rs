@@ -551,32 +551,8 @@ impl Iterator for Iter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            self.prefetch(AHEAD);
-            match self.buf.pop_front() {
-                Some((k, Shown::Value(v))) => return Some(Ok((self.keys[k].to_vec(), v))),
-                Some((k, Shown::Entry(e))) => {
-                    let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
-                        continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
-                    };
-                    let k = &self.keys[k];
-                    return Some(
-                        self.ks
-                            .inner()
-                            .read_value(seg, &e, k)
-                            .map(|v| (k.to_vec(), v)),
-                    );
-                }
-                None => {}
-            }
-            if self.done {
-                return None;
-            }
-            self.refill();
-            for i in 0..AHEAD {
-                self.prefetch(i);
-            }
-        }
+        // A before-image's value is copied here rather than moved: such values are rare.
+        self.next_with(|k, v, _| (k.to_vec(), v.to_vec()))
     }
 }
 

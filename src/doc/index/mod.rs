@@ -416,7 +416,7 @@ impl IndexSet {
     /// changed: a member while it has a pending or more than one version.
     fn track(t: &mut Tables, key: &[u8]) {
         match t.by_key.get_key_value(key) {
-            Some((k, list)) if !matches!(list.as_slice(), [v] if !v.pending) => {
+            Some((k, list)) if is_unsure(list) => {
                 if !t.unsure.contains(key) {
                     t.unsure.insert(Arc::clone(k));
                 }
@@ -735,7 +735,7 @@ impl IndexSet {
         let unsure = t
             .by_key
             .iter()
-            .filter(|(_, list)| !matches!(list.as_slice(), [v] if !v.pending))
+            .filter(|(_, list)| is_unsure(list))
             .map(|(k, _)| Arc::clone(k))
             .collect::<Vec<_>>();
         t.unsure.clear();
@@ -908,6 +908,11 @@ fn bound_cmp(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> std::cmp::Ordering {
         Bound::Included(v) | Bound::Excluded(v) => Some(v.clone()),
     };
     key(a).cmp(&key(b))
+}
+
+/// True while a key belongs in [`Tables::unsure`]: its versions are not one settled one.
+fn is_unsure(versions: &[Version]) -> bool {
+    !matches!(versions, [v] if !v.pending)
 }
 
 /// Where an index walk in value order stands: the probe's ranges in walk order, the range
@@ -1364,7 +1369,7 @@ mod tests {
             let mut want: Vec<&[u8]> = t
                 .by_key
                 .iter()
-                .filter(|(_, l)| !matches!(l.as_slice(), [v] if !v.pending))
+                .filter(|(_, l)| is_unsure(l))
                 .map(|(k, _)| &**k)
                 .collect();
             let mut have: Vec<&[u8]> = t.unsure.iter().map(|k| &**k).collect();
