@@ -13,6 +13,13 @@ pub struct SegStats {
     /// Bytes of records no longer reachable: superseded, deleted, expired and reaped, batch
     /// headers, tombstones.
     pub dead: u64,
+    /// Of `dead`, bytes of puts the key directory stopped naming for another reason than
+    /// their expiry: superseded or deleted, expired on arrival, their keyspace dropped, or
+    /// copied by a merge after a newer write (and, after an open, every dead byte not known
+    /// to have expired). While this is 0, every put in the segment that has not expired by its
+    /// own metadata is its key's newest version, so a merge copies those without a lookup
+    /// (DESIGN.md §7).
+    pub replaced: u64,
     /// Records whose removal needs the no-resurrection check (SHADOWS flag or tombstone).
     pub shadowing: u64,
     /// Of `dead`, bytes that are dead because they expired.
@@ -37,6 +44,7 @@ impl Default for SegStats {
         Self {
             total: 0,
             dead: 0,
+            replaced: 0,
             shadowing: 0,
             expired_bytes: 0,
             expired_items: 0,
@@ -52,6 +60,7 @@ impl SegStats {
     pub fn add(&mut self, o: &SegStats) {
         self.total += o.total;
         self.dead += o.dead;
+        self.replaced += o.replaced;
         self.shadowing += o.shadowing;
         self.expired_bytes += o.expired_bytes;
         self.expired_items += o.expired_items;

@@ -563,6 +563,64 @@ impl Store {
         crate::compaction::run(&self.inner, false)
     }
 
+    /// Test hook: checks that in every sealed segment counting nothing replaced, each put not
+    /// expired by its own metadata is the version the key directory names (what lets a merge
+    /// copy those without a lookup, DESIGN.md §7); the first exception is the error.
+    #[doc(hidden)]
+    pub fn check_clean_segments(&self) -> std::result::Result<(), String> {
+        use crate::format::record::Kind;
+        use crate::keydir::WriteSecs;
+        // The log mutex keeps writes out while the segments are read.
+        let log = self.inner.log.lock();
+        let now = self.inner.now_s();
+        let sealed: Vec<Arc<Segment>> = self
+            .inner
+            .segments
+            .read()
+            .sealed
+            .values()
+            .cloned()
+            .collect();
+        for seg in sealed {
+            if log.segstats.get(&seg.id).is_none_or(|s| s.replaced != 0) {
+                continue;
+            }
+            let mut err: Option<String> = None;
+            crate::log::scan::scan(seg.bytes(), |off, _, rec| {
+                if err.is_some() || rec.meta.kind != Kind::Put {
+                    return;
+                }
+                // A dropped keyspace's records are dead to a merge without any decision.
+                let Some(core) = self.inner.keyspace_by_id(rec.meta.keyspace) else {
+                    return;
+                };
+                let st = core.state.read();
+                let at = crate::ttl::expires_at(
+                    WriteSecs::saturating(rec.meta.ts()).get(),
+                    rec.meta.ttl,
+                    &st.history,
+                );
+                if crate::ttl::is_expired(at, now) {
+                    return;
+                }
+                if st
+                    .get(rec.key)
+                    .is_none_or(|e| (e.file, e.offset) != (seg.id, off))
+                {
+                    err = Some(format!(
+                        "segment {} counts nothing replaced, but its unexpired put at {off} \
+                         (seq {}) is not what the key directory names",
+                        seg.id, rec.meta.seq
+                    ));
+                }
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Test hook: checks every keyspace's census (the counts behind `len()` and `stats()`)
     /// against a walk over its key directory at the engine's `now`; the first disagreement is
     /// the error.

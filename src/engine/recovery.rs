@@ -414,6 +414,12 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             }
         }
     }
+    // Which dead puts were replaced rather than expired is not told apart here: every dead
+    // byte not known to have expired (superseded versions, tombstones, batch headers) counts,
+    // so a merge asks the key directory about such a segment's records (DESIGN.md §7).
+    for s in segstats.values_mut() {
+        s.replaced = s.dead.saturating_sub(s.expired_bytes);
+    }
     for id in sealed.keys() {
         segstats.entry(*id).or_default();
     }

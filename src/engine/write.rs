@@ -491,6 +491,10 @@ impl Inner {
                     }
                 } else {
                     added.dead += len as u64;
+                    if kind == Kind::Put {
+                        // Expired on arrival: never named by the key directory.
+                        added.replaced += len as u64;
+                    }
                     if old_armed != ttl::NEVER {
                         expiry.get_or_insert_with(|| self.expiry.lock()).stale += 1;
                     }
@@ -527,6 +531,7 @@ impl Inner {
             for (f, bytes) in dead {
                 if let Some(s) = log.segstats.get_mut(&f) {
                     s.dead += bytes;
+                    s.replaced += bytes;
                 }
             }
             if !superseded_expired.is_empty() {
@@ -706,6 +711,7 @@ impl Inner {
         for e in map.values() {
             if let Some(s) = log.segstats.get_mut(&e.file) {
                 s.dead += u64::from(e.len);
+                s.replaced += u64::from(e.len);
             }
         }
         Ok(())
