@@ -16,7 +16,8 @@ pub struct SegStats {
     /// Of `dead`, bytes of puts the key directory stopped naming for another reason than
     /// their expiry: superseded or deleted, expired on arrival, their keyspace dropped, or
     /// copied by a merge after a newer write (and, after an open, every dead byte not known
-    /// to have expired). While this is 0, every put in the segment that has not expired by its
+    /// to have expired). An expired version replaced before the reaper freed it counts here
+    /// and in `expired_bytes`. While this is 0, every put in the segment that has not expired by its
     /// own metadata is its key's newest version, so a merge copies those without a lookup
     /// (DESIGN.md §7).
     pub replaced: u64,

@@ -445,17 +445,17 @@ fn crash_here(inner: &Inner, at: CrashPoint) -> Result<()> {
 pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let _one_at_a_time = inner.merge_lock.lock();
     inner.check_writable()?;
-    let now = inner.now_s();
     // 1. Choose, then check the inputs; under Salvage a damaged input is set aside for good
     // and the choice made again without it (the no-resurrection bound depends on the set).
     let Chosen {
+        now,
         snapshot_seq,
         outside_min,
         inputs,
         clean,
         dropped,
     } = loop {
-        let Some(chosen) = choose(inner, full, now)? else {
+        let Some(chosen) = choose(inner, full)? else {
             return Ok(CompactionReport::default());
         };
         if check_inputs(inner, &chosen.inputs)? {
@@ -719,6 +719,11 @@ enum Decision {
 
 /// What a merge works on.
 struct Chosen {
+    /// The merge's instant, read under the log mutex with the rest: a put the reaper freed
+    /// and a write then replaced before the snapshot has expired by then (the reaper read its
+    /// clock before it freed the entry, and the clock never goes back), so no clean segment
+    /// gets a record copied that was replaced before the merge began.
+    now: u64,
     snapshot_seq: u64,
     outside_min: u64,
     inputs: Vec<Arc<Segment>>,
@@ -729,12 +734,13 @@ struct Chosen {
 
 /// Step 1: under the log mutex, picks the segments (never a damaged one: its unreadable bytes
 /// cannot be proven dead) and takes `snapshot_seq` and `outside_min`.
-fn choose(inner: &Inner, full: bool, now: u64) -> Result<Option<Chosen>> {
+fn choose(inner: &Inner, full: bool) -> Result<Option<Chosen>> {
     // A segment that died whole may go before the reaper frees its keys, unless someone
     // subscribed to expiry events: after a crash, those keys would be gone from disk without
     // their events (taken before the log mutex: the subscriber list is a leaf lock).
     let early_drop = !inner.has_subscribers();
     let mut log = inner.log.lock();
+    let now = inner.now_s();
     // An active segment that is mostly dead (and not tiny) is sealed so the policy can
     // reclaim it too; otherwise expired data in a slow-growing log would wait for rotation.
     let active = log
@@ -788,6 +794,7 @@ fn choose(inner: &Inner, full: bool, now: u64) -> Result<Option<Chosen>> {
         .map(|seg| log.segstats.get(&seg.id).is_some_and(|s| s.replaced == 0))
         .collect();
     Ok(Some(Chosen {
+        now,
         snapshot_seq: log.next_seq,
         outside_min,
         inputs,

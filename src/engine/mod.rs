@@ -570,7 +570,10 @@ impl Store {
     pub fn check_clean_segments(&self) -> std::result::Result<(), String> {
         use crate::format::record::Kind;
         use crate::keydir::WriteSecs;
-        // The log mutex keeps writes out while the segments are read.
+        // No merge is between its publish and its key-directory moves (its outputs count
+        // their stale copies only after the moves), and the log mutex keeps writes out while
+        // the segments are read.
+        let _no_merge = self.inner.merge_lock.lock();
         let log = self.inner.log.lock();
         let now = self.inner.now_s();
         let sealed: Vec<Arc<Segment>> = self
