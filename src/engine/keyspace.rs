@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::read::SegRef;
 use super::write::Current;
 use super::write::Op;
-use super::{Inner, Store};
+use super::{Inner, SegmentSet, Store};
 use crate::error::{Error, Result};
 use crate::format::record::FLAG_IN_BATCH;
 use crate::keydir::{Entry, KeyspaceCore};
@@ -332,11 +332,42 @@ pub struct Iter {
     done: bool,
 }
 
-/// What a scan returns for one key: the record an entry points at, or a before-image's value.
+/// What a scan returns for one key: the record an entry points at (with its segment's place
+/// in the chunk's segment list, [`seg_slot`]), or a before-image's value.
 #[derive(Debug)]
 enum Shown {
-    Entry(Entry),
+    Entry(Entry, u32),
     Value(Vec<u8>),
+}
+
+/// The slot of an entry whose segment went away since the scan's `now`: it died whole, so the
+/// entry has expired since (DESIGN §7) and is skipped.
+const GONE: u32 = u32::MAX;
+
+/// The place of segment `file` in a chunk's segment list, added from the segment set on first
+/// use; [`GONE`] if the set no longer holds it. Found once per item here, then indexed by the
+/// prefetch and the read (each searched the list before).
+fn seg_slot(segs: &mut Vec<(u32, SegRef)>, set: &SegmentSet, file: u32) -> u32 {
+    if let Some(i) = segs.iter().position(|(id, _)| *id == file) {
+        return u32::try_from(i).unwrap_or(GONE);
+    }
+    let seg = if set.active.id == file {
+        Some(SegRef::Active(Arc::clone(&set.active)))
+    } else {
+        set.sealed.get(&file).cloned().map(SegRef::Sealed)
+    };
+    match seg {
+        Some(seg) => {
+            segs.push((file, seg));
+            u32::try_from(segs.len() - 1).unwrap_or(GONE)
+        }
+        None => GONE,
+    }
+}
+
+/// The segment at `slot` of a chunk's segment list (`None` for [`GONE`]).
+fn seg_at(segs: &[(u32, SegRef)], slot: u32) -> Option<&SegRef> {
+    segs.get(slot as usize).map(|(_, seg)| seg)
 }
 
 const CHUNK: usize = 256;
@@ -431,17 +462,8 @@ impl Iter {
                 }
             }
             if st.is_live(e, self.now) {
-                if !self.segs.iter().any(|(id, _)| *id == e.file) {
-                    let seg = if set.active.id == e.file {
-                        Some(SegRef::Active(Arc::clone(&set.active)))
-                    } else {
-                        set.sealed.get(&e.file).cloned().map(SegRef::Sealed)
-                    };
-                    if let Some(seg) = seg {
-                        self.segs.push((e.file, seg));
-                    }
-                }
-                push(k, Shown::Entry(*e));
+                let slot = seg_slot(&mut self.segs, &set, e.file);
+                push(k, Shown::Entry(*e, slot));
             }
             if taken >= CHUNK {
                 break;
@@ -496,8 +518,8 @@ impl Iter {
             self.prefetch(AHEAD);
             match self.buf.pop_front() {
                 Some((k, Shown::Value(v))) => return Some(Ok(f(&self.keys[k], &v, false))),
-                Some((k, Shown::Entry(e))) => {
-                    let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
+                Some((k, Shown::Entry(e, slot))) => {
+                    let Some(seg) = seg_at(&self.segs, slot) else {
                         continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
                     };
                     let k = &self.keys[k];
@@ -536,12 +558,8 @@ const AHEAD: usize = 8;
 /// A full scan of 1 M keys written in random order went from 2.7-2.8 M to 5.1-5.2 M keys/s,
 /// an unindexed query filter over 1 M documents from 451 to 316 ms (DESIGN §3.1).
 fn prefetch(shown: Option<&Shown>, segs: &[(u32, SegRef)]) {
-    if let Some(Shown::Entry(e)) = shown {
-        if let Some(bytes) = segs
-            .iter()
-            .find(|(id, _)| *id == e.file)
-            .and_then(|(_, seg)| seg.mapped(e.offset, e.len))
-        {
+    if let Some(Shown::Entry(e, slot)) = shown {
+        if let Some(bytes) = seg_at(segs, *slot).and_then(|seg| seg.mapped(e.offset, e.len)) {
             mmap::prefetch(bytes);
         }
     }

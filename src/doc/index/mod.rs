@@ -163,11 +163,25 @@ enum Postings {
 /// in the key directory, and one marked needlessly costs only that lookup.
 const MAY_EXPIRE: u32 = 1 << 31;
 
+/// A posting count's [`MAY_EXPIRE`] mark for a version that might expire or not.
+fn mark(expires: bool) -> u32 {
+    if expires {
+        MAY_EXPIRE
+    } else {
+        0
+    }
+}
+
 impl Postings {
+    /// The postings of a value one version of `key` holds.
+    fn one(key: &ItemKey, expires: bool) -> Self {
+        Postings::One(Arc::clone(key), 1 | mark(expires))
+    }
+
     /// Counts one more version of `key` holding this value (`expires`: that version might
     /// expire).
     fn add(&mut self, key: &ItemKey, hash: KeyHash, expires: bool) {
-        let mark = if expires { MAY_EXPIRE } else { 0 };
+        let mark = mark(expires);
         match self {
             Postings::One(k, n) if **k == **key => *n = (*n + 1) | mark,
             Postings::One(k, n) => {
@@ -381,14 +395,12 @@ impl IndexSet {
 
     fn add_entries(&self, t: &mut Tables, key: &ItemKey, enc: &[u8], expires: bool) {
         let hash = t.hash;
-        let mark = if expires { MAY_EXPIRE } else { 0 };
         for (tree, v) in t.trees.iter_mut().zip(split(enc, self.paths.len())) {
             if v.first().is_some_and(|&b| b != encode::ABSENT) {
                 match tree.get_mut(v) {
                     Some(p) => p.add(key, hash, expires),
                     None => {
-                        let p = Postings::One(Arc::clone(key), 1 | mark);
-                        tree.insert(ValueKey::from_slice(v), p);
+                        tree.insert(ValueKey::from_slice(v), Postings::one(key, expires));
                     }
                 }
             }

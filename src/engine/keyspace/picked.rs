@@ -14,9 +14,8 @@
 //! [`Iter`]: super::Iter
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
-use super::{Keyspace, SegRef, Shown, CHUNK};
+use super::{seg_at, seg_slot, Keyspace, SegRef, Shown, CHUNK};
 use crate::error::Result;
 use crate::format::record::FLAG_IN_BATCH;
 
@@ -71,8 +70,8 @@ impl Picked {
         loop {
             match self.buf.pop_front() {
                 Some((k, Shown::Value(v))) => return Some(Ok(f(&k, &v, false))),
-                Some((k, Shown::Entry(e))) => {
-                    let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
+                Some((k, Shown::Entry(e, slot))) => {
+                    let Some(seg) = seg_at(&self.segs, slot) else {
                         continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
                     };
                     return Some(
@@ -118,17 +117,8 @@ impl Picked {
             if !st.is_live(e, self.now) {
                 continue;
             }
-            if !self.segs.iter().any(|(id, _)| *id == e.file) {
-                let seg = if set.active.id == e.file {
-                    Some(SegRef::Active(Arc::clone(&set.active)))
-                } else {
-                    set.sealed.get(&e.file).cloned().map(SegRef::Sealed)
-                };
-                if let Some(seg) = seg {
-                    self.segs.push((e.file, seg));
-                }
-            }
-            self.buf.push_back((k, Shown::Entry(*e)));
+            let slot = seg_slot(&mut self.segs, &set, e.file);
+            self.buf.push_back((k, Shown::Entry(*e, slot)));
         }
         drop((set, scans, st));
         warm(self.buf.iter().map(|(_, shown)| shown), &self.segs);
@@ -148,8 +138,8 @@ impl Iterator for Picked {
         loop {
             match self.buf.pop_front() {
                 Some((k, Shown::Value(v))) => return Some(Ok((k, v))),
-                Some((k, Shown::Entry(e))) => {
-                    let Some((_, seg)) = self.segs.iter().find(|(id, _)| *id == e.file) else {
+                Some((k, Shown::Entry(e, slot))) => {
+                    let Some(seg) = seg_at(&self.segs, slot) else {
                         continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
                     };
                     return Some(self.ks.inner().read_value(seg, &e, &k).map(|v| (k, v)));
@@ -176,11 +166,11 @@ impl Iterator for Picked {
 fn warm<'a>(chunk: impl Iterator<Item = &'a Shown>, segs: &[(u32, SegRef)]) {
     let mut sum = 0u8;
     for shown in chunk {
-        let Shown::Entry(e) = shown else { continue };
-        let bytes = segs
-            .iter()
-            .find(|(id, _)| *id == e.file)
-            .and_then(|(_, seg)| seg.mapped(e.offset, e.len))
+        let Shown::Entry(e, slot) = shown else {
+            continue;
+        };
+        let bytes = seg_at(segs, *slot)
+            .and_then(|seg| seg.mapped(e.offset, e.len))
             .unwrap_or_default();
         // Every 64th byte, and the last: a record need not start on a cache line.
         for b in bytes.iter().step_by(64).chain(bytes.last()) {
