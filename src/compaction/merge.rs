@@ -697,7 +697,7 @@ fn remove_outputs(dir: &std::path::Path, ids: &[u32]) {
     }
 }
 
-/// Key-directory moves made under one keyspace write lock (about a millisecond). The lock goes
+/// Key-directory moves made under one keyspace write lock (a millisecond or two). The lock goes
 /// to a waiting writer or reaper at each release, so smaller chunks spent most of their time
 /// waiting for it to come back: 256 per lock moved at 4.1-4.4 µs per entry under mixed-TTL
 /// churn, 1,024 at 2.1-2.3 µs (DESIGN.md §7).
