@@ -21,6 +21,10 @@ pub struct SegStats {
     /// own metadata is its key's newest version, so a merge copies those without a lookup
     /// (DESIGN.md §7).
     pub replaced: u64,
+    /// Bytes of puts that, when counted (written, copied by a merge, or found at open), were
+    /// due to expire within `policy::SHORT_LIVED_SECS`: a segment mostly of those is merged or
+    /// dropped within about that long, so its hint waits (`compaction::write_hint_for`).
+    pub soon: u64,
     /// Records whose removal needs the no-resurrection check (SHADOWS flag or tombstone).
     pub shadowing: u64,
     /// Of `dead`, bytes that are dead because they expired.
@@ -46,6 +50,7 @@ impl Default for SegStats {
             total: 0,
             dead: 0,
             replaced: 0,
+            soon: 0,
             shadowing: 0,
             expired_bytes: 0,
             expired_items: 0,
@@ -62,6 +67,7 @@ impl SegStats {
         self.total += o.total;
         self.dead += o.dead;
         self.replaced += o.replaced;
+        self.soon += o.soon;
         self.shadowing += o.shadowing;
         self.expired_bytes += o.expired_bytes;
         self.expired_items += o.expired_items;

@@ -212,3 +212,76 @@ fn a_close_whose_sync_fails_writes_no_hint() -> ebbdb::Result<()> {
     }
     Ok(())
 }
+
+/// A segment at least half of whose bytes expire within a minute of being written is merged or
+/// dropped within about that long, so its hint waits too, not only a segment about to die
+/// whole. Still there two minutes later (nothing merged it), it gets its hint; a close before
+/// that writes it; and a default-TTL change ends the wait.
+#[test]
+fn short_lived_segments_get_their_hint_only_if_they_outlast_the_wait() -> ebbdb::Result<()> {
+    use ebbdb::Ttl;
+    let write = |store: &Store| -> ebbdb::Result<usize> {
+        // Items' own TTLs apply under a default that is not off.
+        let ks = store.create_keyspace("mixed", DefaultTtl::NeverExpire)?;
+        for i in 0..2_000u32 {
+            // Nine keys in ten live 40 s, one never expires: no segment dies whole.
+            let ttl = if i % 10 == 0 {
+                Ttl::Never
+            } else {
+                Ttl::Seconds(40)
+            };
+            ks.put_with_ttl(i.to_be_bytes(), [7u8; 100], ttl)?;
+        }
+        let sealed = store.stats().segments - 1;
+        assert!(sealed >= 4, "{sealed} sealed segments");
+        wait_until("every sealed segment's hint to be deferred", || {
+            store.stats().hints_deferred == sealed
+        });
+        Ok(sealed)
+    };
+
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::at_unix_secs(1_700_000_000);
+    let store = Store::open_with(dir.path(), opts(&clock))?;
+    write(&store)?;
+    assert_eq!(
+        hint_files(dir.path()),
+        0,
+        "no hint for short-lived segments"
+    );
+    clock.advance(Duration::from_secs(121));
+    wait_until("the hints once the wait is over", || {
+        store.stats().hints_deferred == 0 && hint_files(dir.path()) == store.stats().segments - 1
+    });
+    drop(store);
+    let store = Store::open_with(dir.path(), opts(&clock))?;
+    assert_eq!(store.keyspace("mixed")?.len()?, 200);
+    drop(store);
+
+    // Closed before the wait is over: the close writes them.
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(dir.path(), opts(&clock))?;
+    let sealed = write(&store)?;
+    drop(store);
+    assert!(hint_files(dir.path()) >= sealed, "written at the close");
+
+    // A default-TTL change may have moved the deadlines later: the wait ends.
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(dir.path(), opts(&clock))?;
+    let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(40))?;
+    for i in 0..2_000u32 {
+        sessions.put(i.to_be_bytes(), [7u8; 100])?;
+    }
+    let sealed = store.stats().segments - 1;
+    // Each segment dies whole 40 s after its writes: deferred as dying (within 30 s) or as
+    // short-lived.
+    wait_until("every sealed segment's hint to be deferred", || {
+        store.stats().hints_deferred == sealed
+    });
+    sessions.set_default_ttl(DefaultTtl::Seconds(3600))?;
+    clock.advance(Duration::from_secs(46));
+    wait_until("the hints after the default changed", || {
+        store.stats().hints_deferred == 0 && hint_files(dir.path()) == store.stats().segments - 1
+    });
+    Ok(())
+}

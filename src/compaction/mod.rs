@@ -6,6 +6,7 @@ pub(crate) mod policy;
 
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::Ordering;
 
 use crate::engine::Inner;
 use crate::error::{Error, IoContext, Result};
@@ -21,25 +22,44 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     merge::run(inner, full)
 }
 
+/// When [`write_hint_for`] leaves a segment without a hint for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HintWait {
+    /// About to die whole, or short-lived (`policy::short_lived`): a segment just sealed.
+    IfShortLived,
+    /// About to die whole only: a segment that outlived its short-lived grace, or a close.
+    IfDying,
+}
+
+/// How long a short-lived segment's hint waits: twice the horizon that made it short-lived.
+/// Past that the segment was not merged as expected (a merge backlog, a default-TTL change),
+/// and it gets its hint.
+const SHORT_LIVED_GRACE_SECS: u64 = 2 * policy::SHORT_LIVED_SECS;
+
 /// Writes the hint file of sealed segment `id` (if it is still published and has none),
-/// unless the segment is about to die whole (`policy::dying_soon`): then it is set aside in
-/// `hints_deferred`, because a hint only speeds up opening and this segment will be dropped
-/// within seconds. Under TTL churn that saves writing (and sorting) a hint of ~40 % of every
-/// segment's size, and the disk space it holds. [`write_deferred_hints`] writes it after all
-/// if the segment outlives its expected death (a default-TTL change moved deadlines later).
-pub(crate) fn write_hint_for(inner: &Inner, id: u32) -> Result<()> {
+/// unless the segment is about to die whole (`policy::dying_soon`), or, with
+/// [`HintWait::IfShortLived`], at least half of its bytes were due within a minute of being
+/// written (`policy::short_lived`): then it is set aside in `hints_deferred`, because a hint
+/// only speeds up opening and this segment will be dropped, or merged (the merge writes its
+/// outputs' hints), within about a minute. Under TTL churn that saves writing (and sorting)
+/// a hint of about a fifth of every segment's size, and the disk space it holds.
+/// [`write_deferred_hints`] writes it after all if the segment outlives its expected end.
+pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<()> {
     let Some(seg) = inner.segments.read().sealed.get(&id).cloned() else {
         return Ok(());
     };
     let now = inner.now_s();
-    let dying = inner
-        .log
-        .lock()
-        .segstats
-        .get(&id)
-        .is_some_and(|s| policy::dying_soon(s, now));
-    if dying {
-        inner.hints_deferred.lock().insert(id);
+    let defer = {
+        let log = inner.log.lock();
+        // Read under the log mutex, which a default-TTL change holds while it bumps it.
+        let epoch = inner.ttl_epoch.load(Ordering::Acquire);
+        log.segstats.get(&id).is_some_and(|s| {
+            policy::dying_soon(s, now)
+                || (wait == HintWait::IfShortLived && policy::short_lived(s, epoch))
+        })
+    };
+    if defer {
+        inner.hints_deferred.lock().entry(id).or_insert(now);
         return Ok(());
     }
     let path = hint_path(&inner.dir, id);
@@ -71,27 +91,36 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32) -> Result<()> {
 }
 
 /// Writes the hints set aside by [`write_hint_for`] for segments that are no longer about to die
-/// whole, and forgets those of segments that are gone.
+/// whole and no longer within their short-lived grace, and forgets those of segments that are
+/// gone.
 pub(crate) fn write_deferred_hints(inner: &Inner) -> Result<()> {
-    let ids: Vec<u32> = inner.hints_deferred.lock().iter().copied().collect();
+    let ids: Vec<(u32, u64)> = inner
+        .hints_deferred
+        .lock()
+        .iter()
+        .map(|(&id, &since)| (id, since))
+        .collect();
     if ids.is_empty() {
         return Ok(());
     }
     let now = inner.now_s();
-    for id in ids {
+    for (id, since) in ids {
         let published = inner.segments.read().sealed.contains_key(&id);
-        let dying = inner
-            .log
-            .lock()
-            .segstats
-            .get(&id)
-            .is_some_and(|s| policy::dying_soon(s, now));
-        if published && dying {
+        let waits = {
+            let log = inner.log.lock();
+            let epoch = inner.ttl_epoch.load(Ordering::Acquire);
+            log.segstats.get(&id).is_some_and(|s| {
+                policy::dying_soon(s, now)
+                    || (policy::short_lived(s, epoch)
+                        && now < since.saturating_add(SHORT_LIVED_GRACE_SECS))
+            })
+        };
+        if published && waits {
             continue;
         }
         inner.hints_deferred.lock().remove(&id);
         if published {
-            write_hint_for(inner, id)?;
+            write_hint_for(inner, id, HintWait::IfDying)?;
         }
     }
     Ok(())

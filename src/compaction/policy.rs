@@ -45,6 +45,27 @@ pub const DYING_HORIZON_SECS: u64 = 30;
 /// apply again.
 pub const REAP_GRACE_SECS: u64 = 5;
 
+/// A put due within this many seconds of being counted is "soon" (`SegStats::soon`). A
+/// segment at least half of whose bytes are reaches the merge's dead share (0.5 by default)
+/// within about this long and is merged or dropped: a hint written for it would be read by no
+/// open.
+pub const SHORT_LIVED_SECS: u64 = 60;
+
+/// True when a put with deadline `at`, counted at second `now`, is due within
+/// [`SHORT_LIVED_SECS`].
+#[must_use]
+pub fn expires_soon(at: u64, now: u64) -> bool {
+    at != ttl::NEVER && at <= now.saturating_add(SHORT_LIVED_SECS)
+}
+
+/// True when at least half of `s`'s bytes were due within [`SHORT_LIVED_SECS`] when counted,
+/// under the default-TTL history of epoch `ttl_epoch` (the current one: a default changed
+/// since may have moved those deadlines later).
+#[must_use]
+pub fn short_lived(s: &SegStats, ttl_epoch: u64) -> bool {
+    s.soon > 0 && s.soon.saturating_mul(2) >= s.total && s.ttl_epoch >= ttl_epoch
+}
+
 /// True when `s` is about to die whole at `now` and should wait for the drop.
 #[must_use]
 pub fn dying_soon(s: &SegStats, now: u64) -> bool {
@@ -202,6 +223,24 @@ mod tests {
             dies_by: ttl::NEVER,
             ..SegStats::default()
         }
+    }
+
+    #[test]
+    fn short_lived_means_half_the_bytes_due_within_the_horizon_in_the_current_epoch() {
+        let now = 1_000;
+        assert!(expires_soon(now + SHORT_LIVED_SECS, now));
+        assert!(!expires_soon(now + SHORT_LIVED_SECS + 1, now));
+        assert!(!expires_soon(ttl::NEVER, now));
+        let seg = |total: u64, soon: u64, ttl_epoch: u64| SegStats {
+            total,
+            soon,
+            ttl_epoch,
+            ..SegStats::default()
+        };
+        assert!(short_lived(&seg(100, 50, 2), 2));
+        assert!(!short_lived(&seg(100, 49, 2), 2), "less than half");
+        assert!(!short_lived(&seg(100, 100, 1), 2), "counted before a default changed");
+        assert!(!short_lived(&seg(0, 0, 2), 2), "empty");
     }
 
     #[test]

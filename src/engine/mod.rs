@@ -162,9 +162,10 @@ pub(crate) struct Inner {
     /// Rotations since open (changed under the log mutex); the last one's number is
     /// `LogState::pending`'s last `number`.
     pub(crate) rotations_started: AtomicU64,
-    /// Sealed segments whose hint was not written because they were about to die whole
-    /// (`compaction::write_hint_for`); the worker writes it if one outlives that.
-    pub(crate) hints_deferred: Mutex<std::collections::BTreeSet<u32>>,
+    /// Sealed segments whose hint was not written because they were about to die whole or
+    /// short-lived (`compaction::write_hint_for`), with the second each was set aside; the
+    /// worker writes it if one outlives that.
+    pub(crate) hints_deferred: Mutex<BTreeMap<u32, u64>>,
     worker: Mutex<Option<WorkerHandle>>,
     pub(crate) worker_error: Mutex<WorkerErrors>,
     pub(crate) merge_crash_at: Mutex<Option<crate::compaction::merge::CrashPoint>>,
@@ -938,7 +939,8 @@ impl Inner {
                 return;
             }
             budget -= len;
-            let _ = crate::compaction::write_hint_for(self, id);
+            let _ =
+                crate::compaction::write_hint_for(self, id, crate::compaction::HintWait::IfDying);
         }
     }
 

@@ -44,6 +44,8 @@ const LOADED_TOMBSTONE: u8 = 0x80;
 struct FileLive {
     bytes: u64,
     dies_by: u64,
+    /// Of `bytes`, those due within `policy::SHORT_LIVED_SECS` of the open.
+    soon: u64,
 }
 
 /// Hashes a segment file id with one multiply: ids are the store's own small integers, not
@@ -372,12 +374,16 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             let live = file_live.entry(e.file).or_default();
             live.bytes += u64::from(e.len);
             live.dies_by = live.dies_by.max(at);
+            if crate::compaction::policy::expires_soon(at, now) {
+                live.soon += u64::from(e.len);
+            }
             true
         });
         for (file, live) in file_live {
             let l = slot(&mut live_by_file, file);
             l.bytes += live.bytes;
             l.dies_by = l.dies_by.max(live.dies_by);
+            l.soon += live.soon;
         }
         if let Some(pairs) = pairs {
             state.map = pairs.into_iter().collect::<BTreeMap<_, _>>();
@@ -405,6 +411,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         if let Some(s) = segstats.get_mut(&file) {
             s.dead = s.dead.saturating_sub(live.bytes);
             s.dies_by = s.dies_by.max(live.dies_by);
+            s.soon = live.soon;
         }
     }
     for (file, len, expired, at) in dead {
@@ -427,10 +434,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     // Sealed segments without a hint (deferred when the store closed, or never written) are
     // handed to the worker, which writes each one's hint unless the segment is about to die
     // whole (`compaction::write_deferred_hints`): otherwise every later open would scan them.
-    let hints_deferred: std::collections::BTreeSet<u32> = sealed
+    let hints_deferred: BTreeMap<u32, u64> = sealed
         .keys()
         .copied()
         .filter(|id| !crate::log::hint_path(dir, *id).exists())
+        .map(|id| (id, now))
         .collect();
 
     // Counters near their type's end can only come from damaged files (2^62 writes or 2^31

@@ -451,6 +451,9 @@ impl Inner {
                 }
                 let old = if kind == Kind::Put && !arrived_expired {
                     added.dies_by = added.dies_by.max(deadline);
+                    if crate::compaction::policy::expires_soon(deadline, now) {
+                        added.soon += len as u64;
+                    }
                     let armed = if deadline != ttl::NEVER && old_armed <= deadline {
                         old_armed
                     } else if deadline == ttl::NEVER && old_armed == ttl::NEVER {

@@ -192,7 +192,13 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                         }
                     }
                     Message::WriteHint(id) => {
-                        run(&mut || crate::compaction::write_hint_for(&inner, id));
+                        run(&mut || {
+                            crate::compaction::write_hint_for(
+                                &inner,
+                                id,
+                                crate::compaction::HintWait::IfShortLived,
+                            )
+                        });
                     }
                     // The sync thread's (sent here only if it could not be started).
                     Message::SyncBehind | Message::Rotated => {}
