@@ -146,8 +146,10 @@ pub struct Stats {
     /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once
     /// expiry lags the clock by more than two seconds, so it stays bounded at any write rate.
     pub expiry_backlog: u64,
-    /// Sealed segments without a hint file because they are about to die whole (a hint only
-    /// speeds up opening; one is written if the segment outlives its expected death).
+    /// Sealed segments without a hint file because they are about to die whole, or because at
+    /// least half of their bytes expire within a minute of being written (a hint only speeds
+    /// up opening; one is written if the segment outlives its expected death, or is still
+    /// there two minutes later, or at a clean close).
     pub hints_deferred: usize,
     /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
     /// deadline, however often keys are rewritten.
