@@ -21,9 +21,10 @@ pub struct SegStats {
     /// own metadata is its key's newest version, so a merge copies those without a lookup
     /// (DESIGN.md §7).
     pub replaced: u64,
-    /// Bytes of puts that, when counted (written, copied by a merge, or found at open), were
-    /// due to expire within `policy::SHORT_LIVED_SECS`: a segment mostly of those is merged or
-    /// dropped within about that long, so its hint waits (`compaction::write_hint_for`).
+    /// Bytes of puts that, when counted (written, or found at open), were due to expire within
+    /// `policy::SHORT_LIVED_SECS`: a segment mostly of those is merged or dropped within about
+    /// that long, so its hint waits (`compaction::write_hint_for`). Not counted for a merge's
+    /// outputs, whose hints the merge writes with them.
     pub soon: u64,
     /// Records whose removal needs the no-resurrection check (SHADOWS flag or tombstone).
     pub shadowing: u64,
@@ -149,7 +150,7 @@ pub struct Stats {
     /// Sealed segments without a hint file because they are about to die whole, or because at
     /// least half of their bytes expire within a minute of being written (a hint only speeds
     /// up opening; one is written if the segment outlives its expected death, or is still
-    /// there two minutes later, or at a clean close).
+    /// there two minutes later, or by a clean close within its 256 MiB budget).
     pub hints_deferred: usize,
     /// Expiry timers armed: at most one per live (or expired, not yet reaped) key with a
     /// deadline, however often keys are rewritten.

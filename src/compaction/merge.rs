@@ -78,8 +78,6 @@ struct Outputs<'a> {
     /// The default-TTL epoch read before any deadline was computed: the outputs' `dies_by`
     /// is exact only in it.
     ttl_epoch: u64,
-    /// The merge's instant, for the outputs' `soon` bytes.
-    now: u64,
     done: Vec<Output>,
     current: Option<Output>,
     /// Every output file created, for cleanup if the merge fails before `finish`.
@@ -163,9 +161,6 @@ impl Outputs<'_> {
             o.stats.dead += need;
         }
         o.stats.dies_by = o.stats.dies_by.max(deadline);
-        if meta.kind == Kind::Put && policy::expires_soon(deadline, self.now) {
-            o.stats.soon += need;
-        }
         Ok((o.id, offset))
     }
 
@@ -479,7 +474,6 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         inner,
         snapshot_seq,
         ttl_epoch: inner.ttl_epoch.load(Ordering::Acquire),
-        now,
         done: Vec::new(),
         current: None,
         created: Vec::new(),

@@ -433,7 +433,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     segstats.entry(active.id()).or_default();
     // Sealed segments without a hint (deferred when the store closed, or never written) are
     // handed to the worker, which writes each one's hint unless the segment is about to die
-    // whole (`compaction::write_deferred_hints`): otherwise every later open would scan them.
+    // whole or short-lived, and then once it outlives that (`compaction::write_deferred_hints`,
+    // the wait counted from now): otherwise every later open would scan them.
     let hints_deferred: BTreeMap<u32, u64> = sealed
         .keys()
         .copied()
