@@ -21,10 +21,10 @@ pub struct SegStats {
     /// own metadata is its key's newest version, so a merge copies those without a lookup
     /// (DESIGN.md §7).
     pub replaced: u64,
-    /// Bytes of puts that, when counted (written, or found at open), were due to expire within
-    /// `policy::SHORT_LIVED_SECS`: a segment mostly of those is merged or dropped within about
-    /// that long, so its hint waits (`compaction::write_hint_for`). Not counted for a merge's
-    /// outputs, whose hints the merge writes with them.
+    /// Bytes of puts that, when counted (written, copied by a merge, or found at open), were
+    /// due to expire within `policy::SHORT_LIVED_SECS`: a segment mostly of those is merged or
+    /// dropped within about that long, so its hint waits (`compaction::write_hint_for`, and a
+    /// merge's for its outputs).
     pub soon: u64,
     /// Records whose removal needs the no-resurrection check (SHADOWS flag or tombstone).
     pub shadowing: u64,

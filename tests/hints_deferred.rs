@@ -285,3 +285,44 @@ fn short_lived_segments_get_their_hint_only_if_they_outlast_the_wait() -> ebbdb:
     });
     Ok(())
 }
+
+/// A merge writes its outputs sorted by deadline, so under TTL churn most of them are
+/// short-lived (or about to die whole) too: their hints wait like a sealed segment's, while
+/// the outputs of records that never expire get theirs with the merge.
+#[test]
+fn a_merge_leaves_its_short_lived_outputs_without_a_hint_for_now() -> ebbdb::Result<()> {
+    use ebbdb::Ttl;
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::at_unix_secs(1_700_000_000);
+    let store = Store::open_with(dir.path(), opts(&clock))?;
+    let ks = store.create_keyspace("mixed", DefaultTtl::NeverExpire)?;
+    for i in 0..2_000u32 {
+        let ttl = if i % 10 == 0 {
+            Ttl::Never
+        } else {
+            Ttl::Seconds(40)
+        };
+        ks.put_with_ttl(i.to_be_bytes(), [7u8; 100], ttl)?;
+    }
+    let report = store.compact_full()?;
+    assert!(report.segments_written >= 4, "{report:?}");
+    let sealed = store.stats().segments - 1;
+    // (The merged segments' own waits are forgotten at the worker's next tick.)
+    wait_until("every output to have its hint or wait for it", || {
+        store.stats().hints_deferred + hint_files(dir.path()) == sealed
+    });
+    let waiting = store.stats().hints_deferred;
+    assert!(waiting >= 3, "{waiting} outputs wait for their hint");
+    assert!(
+        hint_files(dir.path()) >= 1,
+        "the output of the lasting records has its hint"
+    );
+    clock.advance(Duration::from_secs(121));
+    wait_until("the outputs' hints once the wait is over", || {
+        store.stats().hints_deferred == 0 && hint_files(dir.path()) == store.stats().segments - 1
+    });
+    drop((ks, store));
+    let store = Store::open_with(dir.path(), opts(&clock))?;
+    assert_eq!(store.keyspace("mixed")?.len()?, 200);
+    Ok(())
+}

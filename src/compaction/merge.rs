@@ -72,12 +72,17 @@ struct Output {
     stats: SegStats,
 }
 
+/// A finished output: its id, byte accounting and length.
+type Written = (u32, SegStats, u64);
+
 struct Outputs<'a> {
     inner: &'a Inner,
     snapshot_seq: u64,
     /// The default-TTL epoch read before any deadline was computed: the outputs' `dies_by`
     /// is exact only in it.
     ttl_epoch: u64,
+    /// The merge's instant: the outputs' `soon` bytes, and which hints wait.
+    now: u64,
     done: Vec<Output>,
     current: Option<Output>,
     /// Every output file created, for cleanup if the merge fails before `finish`.
@@ -161,26 +166,40 @@ impl Outputs<'_> {
             o.stats.dead += need;
         }
         o.stats.dies_by = o.stats.dies_by.max(deadline);
+        if meta.kind == Kind::Put && policy::expires_soon(deadline, self.now) {
+            o.stats.soon += need;
+        }
         Ok((o.id, offset))
     }
 
-    /// fsyncs every output and writes its hint; returns them with their lengths.
-    fn finish(mut self) -> Result<Vec<(u32, SegStats, u64)>> {
+    /// fsyncs every output and writes its hint, unless the output is about to die whole or
+    /// short-lived (sorted by deadline, most outputs of a merge under TTL churn are): such a
+    /// hint waits as a sealed segment's does (`compaction::write_hint_for`), and the caller
+    /// sets those outputs aside once they are in the segment set. Returns the outputs, and
+    /// the ids whose hint waits.
+    fn finish(mut self) -> Result<(Vec<Written>, Vec<u32>)> {
         if let Some(o) = self.current.take() {
             self.done.push(o);
         }
         let mut out = Vec::new();
+        let mut waiting = Vec::new();
         for o in std::mem::take(&mut self.done) {
             let file = o
                 .writer
                 .into_inner()
                 .map_err(|e| Error::from(e.into_error()))?;
             faults::sync_file(&file, &segment_tmp_path(&self.inner.dir, o.id), false)?;
-            super::write_hint_file(self.inner, o.id, o.hint)?;
+            let waits = policy::dying_soon(&o.stats, self.now)
+                || policy::short_lived(&o.stats, self.ttl_epoch);
+            if waits {
+                waiting.push(o.id);
+            } else {
+                super::write_hint_file(self.inner, o.id, o.hint)?;
+            }
             out.push((o.id, o.stats, o.len));
         }
         self.finished = true;
-        Ok(out)
+        Ok((out, waiting))
     }
 }
 
@@ -474,6 +493,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         inner,
         snapshot_seq,
         ttl_epoch: inner.ttl_epoch.load(Ordering::Acquire),
+        now,
         done: Vec::new(),
         current: None,
         created: Vec::new(),
@@ -523,7 +543,7 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
     let Copying {
         outputs, keyspaces, ..
     } = copying;
-    let written = outputs.finish()?;
+    let (written, hints_waiting) = outputs.finish()?;
     report.segments_written = written.len();
     crash_here(inner, CrashPoint::AfterOutputs)?;
 
@@ -608,6 +628,15 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
         for seg in &opened {
             set.sealed.insert(seg.id, Arc::clone(seg));
             report.bytes_after += seg.len();
+        }
+    }
+    // Outputs whose hint waits join the sealed segments whose hint waits, once in the set (the
+    // worker forgets a waiting id whose segment it does not find there): it writes each one's
+    // if the output outlives the wait (`compaction::write_deferred_hints`).
+    if !hints_waiting.is_empty() {
+        let mut deferred = inner.hints_deferred.lock();
+        for id in hints_waiting {
+            deferred.entry(id).or_insert(now);
         }
     }
     let mut superseded: HashMap<u32, u64> = HashMap::new();
