@@ -33,6 +33,27 @@ fn remove_hints(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// True once no hint waits and every sealed segment has one.
+fn every_hint_written(store: &Store, dir: &Path) -> bool {
+    store.stats().hints_deferred == 0 && hint_files(dir) == store.stats().segments - 1
+}
+
+/// Creates keyspace "mixed" and writes 2,000 keys to it: nine in ten live 40 s, one never
+/// expires, so no segment dies whole but each is short-lived.
+fn write_mixed(store: &Store) -> ebbdb::Result<ebbdb::Keyspace> {
+    // Items' own TTLs apply under a default that is not off.
+    let ks = store.create_keyspace("mixed", DefaultTtl::NeverExpire)?;
+    for i in 0..2_000u32 {
+        let ttl = if i % 10 == 0 {
+            ebbdb::Ttl::Never
+        } else {
+            ebbdb::Ttl::Seconds(40)
+        };
+        ks.put_with_ttl(i.to_be_bytes(), [7u8; 100], ttl)?;
+    }
+    Ok(ks)
+}
+
 fn store_of_dying_segments(dir: &Path, clock: &ManualClock) -> ebbdb::Result<(Store, usize)> {
     let store = Store::open_with(dir, opts(clock))?;
     let sessions = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
@@ -126,7 +147,7 @@ fn a_hint_deferred_at_close_is_written_after_the_reopen() -> ebbdb::Result<()> {
         .set_default_ttl(DefaultTtl::Seconds(3600))?;
     clock.advance(Duration::from_secs(16));
     wait_until("every sealed segment to have its hint", || {
-        store.stats().hints_deferred == 0 && hint_files(dir.path()) == store.stats().segments - 1
+        every_hint_written(&store, dir.path())
     });
     Ok(())
 }
@@ -219,19 +240,8 @@ fn a_close_whose_sync_fails_writes_no_hint() -> ebbdb::Result<()> {
 /// that writes it; and a default-TTL change ends the wait.
 #[test]
 fn short_lived_segments_get_their_hint_only_if_they_outlast_the_wait() -> ebbdb::Result<()> {
-    use ebbdb::Ttl;
     let write = |store: &Store| -> ebbdb::Result<usize> {
-        // Items' own TTLs apply under a default that is not off.
-        let ks = store.create_keyspace("mixed", DefaultTtl::NeverExpire)?;
-        for i in 0..2_000u32 {
-            // Nine keys in ten live 40 s, one never expires: no segment dies whole.
-            let ttl = if i % 10 == 0 {
-                Ttl::Never
-            } else {
-                Ttl::Seconds(40)
-            };
-            ks.put_with_ttl(i.to_be_bytes(), [7u8; 100], ttl)?;
-        }
+        write_mixed(store)?;
         let sealed = store.stats().segments - 1;
         assert!(sealed >= 4, "{sealed} sealed segments");
         wait_until("every sealed segment's hint to be deferred", || {
@@ -251,7 +261,7 @@ fn short_lived_segments_get_their_hint_only_if_they_outlast_the_wait() -> ebbdb:
     );
     clock.advance(Duration::from_secs(121));
     wait_until("the hints once the wait is over", || {
-        store.stats().hints_deferred == 0 && hint_files(dir.path()) == store.stats().segments - 1
+        every_hint_written(&store, dir.path())
     });
     drop(store);
     let store = Store::open_with(dir.path(), opts(&clock))?;
@@ -281,7 +291,7 @@ fn short_lived_segments_get_their_hint_only_if_they_outlast_the_wait() -> ebbdb:
     sessions.set_default_ttl(DefaultTtl::Seconds(3600))?;
     clock.advance(Duration::from_secs(46));
     wait_until("the hints after the default changed", || {
-        store.stats().hints_deferred == 0 && hint_files(dir.path()) == store.stats().segments - 1
+        every_hint_written(&store, dir.path())
     });
     Ok(())
 }
@@ -291,19 +301,10 @@ fn short_lived_segments_get_their_hint_only_if_they_outlast_the_wait() -> ebbdb:
 /// the outputs of records that never expire get theirs with the merge.
 #[test]
 fn a_merge_leaves_its_short_lived_outputs_without_a_hint_for_now() -> ebbdb::Result<()> {
-    use ebbdb::Ttl;
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at_unix_secs(1_700_000_000);
     let store = Store::open_with(dir.path(), opts(&clock))?;
-    let ks = store.create_keyspace("mixed", DefaultTtl::NeverExpire)?;
-    for i in 0..2_000u32 {
-        let ttl = if i % 10 == 0 {
-            Ttl::Never
-        } else {
-            Ttl::Seconds(40)
-        };
-        ks.put_with_ttl(i.to_be_bytes(), [7u8; 100], ttl)?;
-    }
+    let ks = write_mixed(&store)?;
     let report = store.compact_full()?;
     assert!(report.segments_written >= 4, "{report:?}");
     let sealed = store.stats().segments - 1;
@@ -319,7 +320,7 @@ fn a_merge_leaves_its_short_lived_outputs_without_a_hint_for_now() -> ebbdb::Res
     );
     clock.advance(Duration::from_secs(121));
     wait_until("the outputs' hints once the wait is over", || {
-        store.stats().hints_deferred == 0 && hint_files(dir.path()) == store.stats().segments - 1
+        every_hint_written(&store, dir.path())
     });
     drop((ks, store));
     let store = Store::open_with(dir.path(), opts(&clock))?;
