@@ -8,7 +8,8 @@
 //!    let an older version of its key come back (the no-resurrection rule, below). Copies are
 //!    written once every record is decided, by deadline, lasting ones last in key order
 //!    (DESIGN.md §7, "Output order"). Outputs are new segment files with
-//!    `created_seq = snapshot_seq`, each with a hint file, all fsynced.
+//!    `created_seq = snapshot_seq`, all fsynced, each with a hint file unless it is about to
+//!    die whole or short-lived (its hint then waits, DESIGN.md §2.3).
 //!    A crash here leaves files the manifest does not list: deleted on open.
 //! 3. Make the log durable up to every write appended so far (the drops in step 2 may rely on
 //!    any of them), then publish: write the manifest that swaps inputs for outputs (atomic
@@ -189,8 +190,11 @@ impl Outputs<'_> {
                 .into_inner()
                 .map_err(|e| Error::from(e.into_error()))?;
             faults::sync_file(&file, &segment_tmp_path(&self.inner.dir, o.id), false)?;
-            let waits = policy::dying_soon(&o.stats, self.now)
-                || policy::short_lived(&o.stats, self.ttl_epoch);
+            // The current epoch, as `write_hint_for` reads it: a default changed during the
+            // merge makes the outputs' deadlines stale, and then their hints do not wait.
+            let epoch = self.inner.ttl_epoch.load(Ordering::Acquire);
+            let waits =
+                policy::dying_soon(&o.stats, self.now) || policy::short_lived(&o.stats, epoch);
             if waits {
                 waiting.push(o.id);
             } else {
