@@ -193,9 +193,7 @@ impl Outputs<'_> {
             // The current epoch, as `write_hint_for` reads it: a default changed during the
             // merge makes the outputs' deadlines stale, and then their hints do not wait.
             let epoch = self.inner.ttl_epoch.load(Ordering::Acquire);
-            let waits =
-                policy::dying_soon(&o.stats, self.now) || policy::short_lived(&o.stats, epoch);
-            if waits {
+            if super::HintWait::IfShortLived.holds(&o.stats, self.now, epoch) {
                 waiting.push(o.id);
             } else {
                 super::write_hint_file(self.inner, o.id, o.hint)?;

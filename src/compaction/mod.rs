@@ -15,7 +15,7 @@ use crate::format::hint::HintWriter;
 use crate::log::scan::scan_all;
 use crate::log::{hint_path, sync_dir};
 use crate::options::RecoveryMode;
-use crate::stats::CompactionReport;
+use crate::stats::{CompactionReport, SegStats};
 
 /// Runs the policy (or a full merge) now.
 pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
@@ -31,6 +31,16 @@ pub(crate) enum HintWait {
     IfDying,
 }
 
+impl HintWait {
+    /// True when a segment with counters `s` keeps waiting for its hint at `now`, under the
+    /// default-TTL epoch `epoch` (the current one): the one rule for sealed segments, the
+    /// worker's second look, and a merge's outputs.
+    pub(crate) fn holds(self, s: &SegStats, now: u64, epoch: u64) -> bool {
+        policy::dying_soon(s, now)
+            || (self == HintWait::IfShortLived && policy::short_lived(s, epoch))
+    }
+}
+
 /// How long a short-lived segment's hint waits: twice the horizon that made it short-lived.
 /// Past that the segment was not merged as expected (a merge backlog, a default-TTL change),
 /// and it gets its hint.
@@ -44,27 +54,27 @@ const SHORT_LIVED_GRACE_SECS: u64 = 2 * policy::SHORT_LIVED_SECS;
 /// minute (a merge's outputs follow the same rule, `merge::Outputs::finish`). Under TTL churn that saves writing (and sorting)
 /// a hint of about a fifth of every segment's size, and the disk space it holds.
 /// [`write_deferred_hints`] writes it after all if the segment outlives its expected end.
-pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<()> {
+/// Returns true when the segment was set aside (or stays so, from when it first was).
+pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<bool> {
     let Some(seg) = inner.segments.read().sealed.get(&id).cloned() else {
-        return Ok(());
+        return Ok(false);
     };
     let now = inner.now_s();
     let defer = {
         let log = inner.log.lock();
         // Read under the log mutex, which a default-TTL change holds while it bumps it.
         let epoch = inner.ttl_epoch.load(Ordering::Acquire);
-        log.segstats.get(&id).is_some_and(|s| {
-            policy::dying_soon(s, now)
-                || (wait == HintWait::IfShortLived && policy::short_lived(s, epoch))
-        })
+        log.segstats
+            .get(&id)
+            .is_some_and(|s| wait.holds(s, now, epoch))
     };
     if defer {
         inner.hints_deferred.lock().entry(id).or_insert(now);
-        return Ok(());
+        return Ok(true);
     }
     let path = hint_path(&inner.dir, id);
     if path.exists() || seg.is_damaged() {
-        return Ok(());
+        return Ok(false);
     }
     // A hint must list every record of its segment: one built from a scan that stopped at
     // damage would hide the records after it from every later open.
@@ -85,9 +95,9 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<(
                 first.err.to_string(),
             ));
         }
-        return Ok(());
+        return Ok(false);
     }
-    write_hint_file(inner, id, w)
+    write_hint_file(inner, id, w).map(|()| false)
 }
 
 /// Writes the hints set aside by [`write_hint_for`] for segments that are no longer about to die
@@ -100,28 +110,20 @@ pub(crate) fn write_deferred_hints(inner: &Inner) -> Result<()> {
         .iter()
         .map(|(&id, &since)| (id, since))
         .collect();
-    if ids.is_empty() {
-        return Ok(());
-    }
     let now = inner.now_s();
     for (id, since) in ids {
-        let published = inner.segments.read().sealed.contains_key(&id);
-        let waits = {
-            let log = inner.log.lock();
-            let epoch = inner.ttl_epoch.load(Ordering::Acquire);
-            log.segstats.get(&id).is_some_and(|s| {
-                policy::dying_soon(s, now)
-                    || (policy::short_lived(s, epoch)
-                        && now < since.saturating_add(SHORT_LIVED_GRACE_SECS))
-            })
+        let wait = if now < since.saturating_add(SHORT_LIVED_GRACE_SECS) {
+            HintWait::IfShortLived
+        } else {
+            HintWait::IfDying
         };
-        if published && waits {
-            continue;
+        // Still waiting: the entry stays as it is, with the second it was first set aside.
+        // Written, gone, or failed: forgotten (a failure is reported, not retried each tick).
+        let kept = write_hint_for(inner, id, wait);
+        if !matches!(kept, Ok(true)) {
+            inner.hints_deferred.lock().remove(&id);
         }
-        inner.hints_deferred.lock().remove(&id);
-        if published {
-            write_hint_for(inner, id, HintWait::IfDying)?;
-        }
+        kept?;
     }
     Ok(())
 }

@@ -236,6 +236,11 @@ fn merge_runs_with(
         sift_down(&mut heap, &heads, i);
     }
     let mut out: Vec<(Key, Entry)> = Vec::with_capacity(total);
+    let mut emit = |mut done: (Key, Entry)| {
+        if keep(&mut done) {
+            out.push(done);
+        }
+    };
     // The first record of the key being read, decided once the next key comes.
     let mut first: Option<(Key, Entry)> = None;
     while let Some(&top) = heap.first() {
@@ -250,16 +255,12 @@ fn merge_runs_with(
         if first.as_ref().is_some_and(|(k, _)| *k == item.0) {
             continue; // an older record of the same key
         }
-        if let Some(mut done) = first.replace(item) {
-            if keep(&mut done) {
-                out.push(done);
-            }
+        if let Some(done) = first.replace(item) {
+            emit(done);
         }
     }
-    if let Some(mut done) = first {
-        if keep(&mut done) {
-            out.push(done);
-        }
+    if let Some(done) = first {
+        emit(done);
     }
     out
 }

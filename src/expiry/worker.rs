@@ -198,6 +198,7 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                                 id,
                                 crate::compaction::HintWait::IfShortLived,
                             )
+                            .map(|_| ())
                         });
                     }
                     // The sync thread's (sent here only if it could not be started).
