@@ -10,7 +10,6 @@
 //!   pure function of the entry and the history.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 
 use smallvec::SmallVec;
@@ -20,7 +19,9 @@ use parking_lot::RwLock;
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
 mod census;
+mod map;
 pub use census::{Census, Count};
+pub use map::{KeyMap, Shard};
 
 /// A key as stored in the key directory: keys up to 16 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
@@ -191,7 +192,7 @@ impl Entry {
 #[derive(Debug, Default)]
 pub struct KeyspaceState {
     /// Key → newest record.
-    pub map: BTreeMap<Key, Entry>,
+    pub map: KeyMap,
     /// Counts of `map`'s entries by expiry class, kept in step with every insert and removal
     /// (so `len()` and `stats()` do not walk `map`).
     pub census: Census,
@@ -231,18 +232,12 @@ impl KeyspaceState {
     /// below) rather than `map.get`, which would compare with `memcmp` calls.
     #[must_use]
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
-        match Key::probe(key) {
-            Some(k) => self.map.get(&k),
-            None => self.map.get(key),
-        }
+        self.map.get(key, Key::probe(key).as_ref())
     }
 
     /// As [`KeyspaceState::get`], mutable.
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        match Key::probe(key) {
-            Some(k) => self.map.get_mut(&k),
-            None => self.map.get_mut(key),
-        }
+        self.map.get_mut(key, Key::probe(key).as_ref())
     }
 
     /// True if `key` has an entry.
@@ -253,10 +248,7 @@ impl KeyspaceState {
 
     /// Removes `key`'s entry from the map only (the caller keeps the census).
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        match Key::probe(key) {
-            Some(k) => self.map.remove(&k),
-            None => self.map.remove(key),
-        }
+        self.map.remove(key, Key::probe(key).as_ref())
     }
 
     /// True if `e` is live at `now`.
@@ -351,7 +343,7 @@ mod tests {
             st.map.insert(Key::from_slice(k), e(i as u64));
         }
         for k in &keys {
-            let want = st.map.get(k.as_slice()).map(|e| e.seq);
+            let want = st.map.get(k.as_slice(), None).map(|e| e.seq);
             assert!(want.is_some());
             assert_eq!(st.get(k).map(|e| e.seq), want);
             assert!(st.contains(k));

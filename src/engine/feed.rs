@@ -69,7 +69,7 @@ impl Keyspace {
             let st = self.core().state.read();
             let range = st
                 .map
-                .range::<[u8], _>((lower.as_ref().map(Vec::as_slice), Bound::Unbounded));
+                .range((lower.as_ref().map(Vec::as_slice), Bound::Unbounded));
             let mut taken = 0;
             let mut last = None;
             for (k, e) in range {

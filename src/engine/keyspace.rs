@@ -437,7 +437,7 @@ impl Iter {
         // One look at the segment set per chunk; entries usually share a few segments.
         let set = self.ks.inner().segments.read();
         self.segs.clear();
-        for (k, e) in st.map.range::<[u8], _>(bounds) {
+        for (k, e) in st.map.range(bounds) {
             if let Some(p) = &self.prefix {
                 if !k.starts_with(p) {
                     self.done = true;

@@ -549,6 +549,16 @@ impl Store {
 
 #[cfg(feature = "test-hooks")]
 impl Store {
+    /// Test hook: how many shards the key directory of keyspace `name` is split into
+    /// (`keydir::KeyMap`; open splits a large keyspace's).
+    ///
+    /// # Errors
+    /// `NotFound` if there is no such keyspace.
+    #[doc(hidden)]
+    pub fn key_directory_shards(&self, name: &str) -> Result<usize> {
+        Ok(self.inner.keyspace_by_name(name)?.state.read().map.shards())
+    }
+
     /// Test hook: fires every due timer into the reaping backlog without handling any, as a
     /// worker that fell behind would leave it.
     #[doc(hidden)]

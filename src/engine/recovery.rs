@@ -7,7 +7,6 @@
 //! never win against a newer delete because of the order in which files were read.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasherDefault;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +16,6 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use super::clockfile::{ClockFile, DurablePoint};
 use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
 use crate::error::{Error, IoContext, Result};
-use crate::expiry::Timer;
 use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
 use crate::format::{hint, DecodeError, SegmentHeader, SEGMENT_HEADER_LEN};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
@@ -38,6 +36,8 @@ pub(crate) const MAX_FILE_ID: u32 = 1 << 31;
 
 /// In-memory-only flag marking a loaded tombstone (record flags use bits 0–2).
 const LOADED_TOMBSTONE: u8 = 0x80;
+
+mod build;
 
 /// Bytes of one file the key directory points at, and the latest deadline among them.
 #[derive(Default)]
@@ -173,16 +173,12 @@ struct Combined {
 }
 
 impl Combined {
-    /// The newest record of each key of keyspace `id`, in key order (the runs merged, each
-    /// key's first record kept), where `keep`, called once per key on that record (a
-    /// tombstone too), says so.
-    fn take_keys(
-        &mut self,
-        id: u32,
-        keep: impl FnMut(&mut (Key, Entry)) -> bool,
-    ) -> Option<Vec<(Key, Entry)>> {
-        let i = self.runs.iter().position(|(k, _)| *k == id)?;
-        Some(merge_runs_with(self.runs.swap_remove(i).1, keep))
+    /// The sorted runs of keyspace `id`, one per file that holds its records.
+    fn take_runs(&mut self, id: u32) -> Vec<Run> {
+        match self.runs.iter().position(|(k, _)| *k == id) {
+            Some(i) => self.runs.swap_remove(i).1,
+            None => Vec::new(),
+        }
     }
 }
 
@@ -196,19 +192,23 @@ fn record_order(a: &(Key, Entry), b: &(Key, Entry)) -> std::cmp::Ordering {
 /// would have it. A heap of run indices, so thousands of segments cost `log k` per record.
 #[cfg(test)]
 fn merge_runs(runs: Vec<Vec<(Key, Entry)>>) -> Vec<(Key, Entry)> {
-    merge_runs_with(runs, |_| true)
+    let total = runs.iter().map(Vec::len).sum();
+    merge_runs_with(
+        runs.into_iter().map(Vec::into_iter).collect(),
+        total,
+        |_| true,
+    )
 }
 
-/// As [`merge_runs`], keeping only the records for which `keep` (called on each key's
-/// first record, which it may change) says so: open's pass over the survivors runs while
-/// each record is in the cache, instead of as one more pass over a vector of a million.
-fn merge_runs_with(
-    runs: Vec<Vec<(Key, Entry)>>,
+/// As [`merge_runs`], over runs given as iterators of `total` records in all, keeping only
+/// the records for which `keep` (called on each key's first record, which it may change)
+/// says so: open's pass over the survivors runs while each record is in the cache, instead
+/// of as one more pass over a vector of a million.
+fn merge_runs_with<I: Iterator<Item = (Key, Entry)>>(
+    mut runs: Vec<I>,
+    total: usize,
     mut keep: impl FnMut(&mut (Key, Entry)) -> bool,
 ) -> Vec<(Key, Entry)> {
-    let total: usize = runs.iter().map(Vec::len).sum();
-    let mut runs: Vec<std::vec::IntoIter<(Key, Entry)>> =
-        runs.into_iter().map(Vec::into_iter).collect();
     let mut heads: Vec<Option<(Key, Entry)>> = runs.iter_mut().map(Iterator::next).collect();
     // True when run `a`'s head comes before run `b`'s.
     let before = |heads: &[Option<(Key, Entry)>], a: usize, b: usize| match (&heads[a], &heads[b]) {
@@ -333,7 +333,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let now = now_ms / 1000;
     let mut catalog = Catalog::default();
     let mut timers = crate::expiry::timers::Timers::default();
-    let mut dead: Vec<(u32, u64, bool, u64)> = Vec::new();
+    let mut expired: Vec<(u32, u64, u64)> = Vec::new();
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let mut live_by_file: Vec<(u32, FileLive)> = Vec::new();
     for meta in &manifest.keyspaces {
         let mut state = KeyspaceState {
@@ -341,53 +342,29 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             ..KeyspaceState::default()
         };
         // One pass over the survivors, as the runs are merged, does what the key directory's
-        // census and the per-segment live bytes need, instead of a walk of the built map for
-        // each.
-        let KeyspaceState {
-            history, census, ..
-        } = &mut state;
-        // Hashed: survivors come in key order, so with keys written in random order each one
-        // is in another file (a list search cost keys × files: 1 s for 400 k keys in 6,350
-        // segments).
-        let mut file_live: HashMap<u32, FileLive, BuildHasherDefault<FileIdHasher>> =
-            HashMap::default();
-        let pairs = loader.take_keys(meta.id, |(key, e)| {
-            if e.flags & LOADED_TOMBSTONE != 0 {
-                return false;
-            }
-            let at = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
-            if at <= clock_state.reaped_upto {
-                // Expired and already reported before the last close: free it now.
-                dead.push((e.file, u64::from(e.len), true, at));
-                return false;
-            }
-            if at != ttl::NEVER {
-                e.armed = at;
-                timers.insert(
-                    at,
-                    Timer {
-                        keyspace: meta.id,
-                        key: key.clone(),
-                    },
-                );
-            }
-            census.add(e);
-            let live = file_live.entry(e.file).or_default();
-            live.bytes += u64::from(e.len);
-            live.dies_by = live.dies_by.max(at);
-            if crate::compaction::policy::expires_soon(at, now) {
-                live.soon += u64::from(e.len);
-            }
-            true
-        });
-        for (file, live) in file_live {
+        // census, the timers and the per-segment live bytes need, instead of a walk of the
+        // built map for each; shard by shard, on every core (`build`).
+        let rules = build::Rules {
+            keyspace: meta.id,
+            history: &state.history,
+            reaped_upto: clock_state.reaped_upto,
+            now,
+        };
+        let (map, found) = build::build(
+            loader.take_runs(meta.id),
+            &rules,
+            build::SHARD_RECORDS,
+            threads,
+        );
+        state.map = map;
+        state.census = found.census;
+        timers.absorb(found.timers);
+        expired.extend(found.expired);
+        for (file, live) in found.live {
             let l = slot(&mut live_by_file, file);
             l.bytes += live.bytes;
             l.dies_by = l.dies_by.max(live.dies_by);
             l.soon += live.soon;
-        }
-        if let Some(pairs) = pairs {
-            state.map = pairs.into_iter().collect::<BTreeMap<_, _>>();
         }
         let core = Arc::new(KeyspaceCore {
             id: meta.id,
@@ -415,11 +392,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             s.soon = live.soon;
         }
     }
-    for (file, len, expired, at) in dead {
+    for (file, len, at) in expired {
         if let Some(s) = segstats.get_mut(&file) {
-            if expired {
-                s.note_expired(len, at);
-            }
+            s.note_expired(len, at);
         }
     }
     // Which dead puts were replaced rather than expired is not told apart here: every dead
@@ -1024,7 +999,9 @@ mod tests {
         // (here: an odd sequence number, as open drops a tombstone) is gone: an older record
         // of it never takes its place. It may change what it keeps.
         let mut calls = 0;
-        let kept = merge_runs_with(runs, |(_, e)| {
+        let total = runs.iter().map(Vec::len).sum();
+        let iters = runs.into_iter().map(Vec::into_iter).collect();
+        let kept = merge_runs_with(iters, total, |(_, e)| {
             calls += 1;
             e.offset = 7;
             e.seq % 2 == 0

@@ -777,7 +777,7 @@ impl Inner {
         // at most this very second): a timer filed there would never be reported before that
         // watermark frees the item at the next open, so they expire here, with their events.
         let mut due_now: Vec<(Key, u64)> = Vec::new();
-        for (key, e) in &mut st.map {
+        for (key, e) in st.map.iter_mut() {
             if e.own_ttl() == ItemTtl::Never {
                 continue;
             }

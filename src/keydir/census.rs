@@ -117,6 +117,21 @@ fn drop_one(map: &mut BTreeMap<u64, Tally>, at: u64, bytes: u64) {
 }
 
 impl Census {
+    /// Counts every entry `other` counted (open builds a census per shard of the key
+    /// directory, side by side, and adds them up).
+    pub fn absorb(&mut self, other: Census) {
+        for (mine, theirs) in [
+            (&mut self.inherit, other.inherit),
+            (&mut self.own, other.own),
+        ] {
+            for (at, t) in theirs {
+                mine.entry(at).or_default().plus(t);
+            }
+        }
+        self.never.plus(other.never);
+        self.total.plus(other.total);
+    }
+
     /// Counts a new entry.
     pub fn add(&mut self, e: &Entry) {
         let bytes = u64::from(e.len);
