@@ -102,18 +102,19 @@ fn a_sharded_key_directory_behaves_as_one_map() -> TestResult {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut model = Model::new();
     let mut elapsed = 0;
-    let put = |b: &mut WriteBatch, ks: &ebbdb::Keyspace, model: &mut Model, rng: &mut Rng, at: u64| {
-        let k = rng.key();
-        let v = rng.next(1 << 20).to_le_bytes().to_vec();
-        if rng.next(3) == 0 {
-            let ttl = 1 + rng.next(100) as u32;
-            b.put_with_ttl(ks, k.clone(), v.clone(), Ttl::Seconds(ttl));
-            model.insert(k, (v, Some(at + u64::from(ttl))));
-        } else {
-            b.put(ks, k.clone(), v.clone());
-            model.insert(k, (v, None));
-        }
-    };
+    let put =
+        |b: &mut WriteBatch, ks: &ebbdb::Keyspace, model: &mut Model, rng: &mut Rng, at: u64| {
+            let k = rng.key();
+            let v = rng.next(1 << 20).to_le_bytes().to_vec();
+            if rng.next(3) == 0 {
+                let ttl = 1 + rng.next(100) as u32;
+                b.put_with_ttl(ks, k.clone(), v.clone(), Ttl::Seconds(ttl));
+                model.insert(k, (v, Some(at + u64::from(ttl))));
+            } else {
+                b.put(ks, k.clone(), v.clone());
+                model.insert(k, (v, None));
+            }
+        };
     {
         let store = Store::open_with(dir.path(), manual(&c))?;
         let ks = store.create_keyspace("ks", DefaultTtl::NeverExpire)?;
@@ -124,12 +125,20 @@ fn a_sharded_key_directory_behaves_as_one_map() -> TestResult {
             }
             store.write_batch(b)?;
         }
-        assert_eq!(store.key_directory_shards("ks")?, 1, "a map that grew by writes");
+        assert_eq!(
+            store.key_directory_shards("ks")?,
+            1,
+            "a map that grew by writes"
+        );
     }
     for round in 0..3 {
         let store = Store::open_with(dir.path(), manual(&c))?;
         let shards = store.key_directory_shards("ks")?;
-        assert!(shards >= 2, "round {round}: {} keys in {shards} shard", model.len());
+        assert!(
+            shards >= 2,
+            "round {round}: {} keys in {shards} shard",
+            model.len()
+        );
         check(&store, &model, elapsed, &mut rng)?;
         // Writes and deletes across the shards, then expiry, then a full merge.
         let ks = store.keyspace("ks")?;
@@ -144,9 +153,9 @@ fn a_sharded_key_directory_behaves_as_one_map() -> TestResult {
             }
         }
         // Keys below and above every other.
-        b.put(&ks, Vec::new(), b"lowest".to_vec());
+        b.put(&ks, Vec::new(), b"lowest");
         model.insert(Vec::new(), (b"lowest".to_vec(), None));
-        b.put(&ks, vec![0xff; 20], b"highest".to_vec());
+        b.put(&ks, vec![0xff; 20], b"highest");
         model.insert(vec![0xff; 20], (b"highest".to_vec(), None));
         store.write_batch(b)?;
         check(&store, &model, elapsed, &mut rng)?;

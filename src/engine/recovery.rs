@@ -345,7 +345,6 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         // census, the timers and the per-segment live bytes need, instead of a walk of the
         // built map for each; shard by shard, on every core (`build`).
         let rules = build::Rules {
-            keyspace: meta.id,
             history: &state.history,
             reaped_upto: clock_state.reaped_upto,
             now,
@@ -356,9 +355,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             build::SHARD_RECORDS,
             threads,
         );
+        build::arm_timers(&map, meta.id, &mut timers);
         state.map = map;
         state.census = found.census;
-        timers.absorb(found.timers);
         expired.extend(found.expired);
         for (file, live) in found.live {
             let l = slot(&mut live_by_file, file);

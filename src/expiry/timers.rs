@@ -29,9 +29,7 @@ const CHUNK_MAX: usize = 512;
 /// The timers due in one second.
 #[derive(Debug, Default)]
 struct Bucket {
-    /// Chunks, each allocated with its final capacity; only the last one may have room, except
-    /// in a bucket that [`Timers::absorb`] joined (chunks are drained from the back, so a gap
-    /// in an earlier chunk costs its room and nothing else).
+    /// Chunks, each allocated with its final capacity; only the last one may have room.
     chunks: Vec<Vec<Timer>>,
     len: usize,
 }
@@ -63,17 +61,6 @@ impl Timers {
     pub(crate) fn insert(&mut self, at: u64, timer: Timer) {
         self.buckets.entry(at).or_default().push(timer);
         self.len += 1;
-    }
-
-    /// Moves every timer of `other` into this set, chunk by chunk (open files each shard's
-    /// timers apart, side by side, and joins them).
-    pub(crate) fn absorb(&mut self, other: Timers) {
-        for (at, theirs) in other.buckets {
-            let mine = self.buckets.entry(at).or_default();
-            mine.len += theirs.len;
-            mine.chunks.extend(theirs.chunks);
-        }
-        self.len += other.len;
     }
 
     /// Timers pending (stale ones included).

@@ -77,6 +77,7 @@ impl KeyMap {
     }
 
     /// Shards the map is split into.
+    #[cfg(any(test, feature = "test-hooks"))]
     #[must_use]
     pub fn shards(&self) -> usize {
         self.shards.len()
@@ -110,6 +111,12 @@ impl KeyMap {
             Some(k) => tree.remove(k),
             None => tree.remove(key),
         }
+    }
+
+    /// Entries in each shard, in key order.
+    #[cfg(test)]
+    pub(crate) fn shard_lens(&self) -> Vec<usize> {
+        self.shards.iter().map(BTreeMap::len).collect()
     }
 
     /// True if `key` has an entry.
@@ -159,7 +166,6 @@ impl KeyMap {
     }
 
     /// Every entry, in key order.
-    #[cfg(test)]
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Key, &Entry)> {
         self.shards.iter().flatten()
     }
