@@ -332,7 +332,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let now_ms = clock_now.max(now_floor_s.saturating_mul(1000));
     let now = now_ms / 1000;
     let mut catalog = Catalog::default();
-    let mut timers = crate::expiry::timers::Timers::default();
+    let (mut armed, mut span) = (0, (u64::MAX, 0));
     let mut expired: Vec<(u32, u64, u64)> = Vec::new();
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let mut live_by_file: Vec<(u32, FileLive)> = Vec::new();
@@ -355,7 +355,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             build::SHARD_RECORDS,
             threads,
         );
-        build::arm_timers(&map, meta.id, &mut timers);
+        armed += found.armed;
+        span = (span.0.min(found.span.0), span.1.max(found.span.1));
         state.map = map;
         state.census = found.census;
         expired.extend(found.expired);
@@ -375,6 +376,18 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         catalog.by_name.insert(meta.name.clone(), Arc::clone(&core));
         catalog.by_id.insert(meta.id, core);
     }
+
+    // Every keyspace's timers, filed at once now that every map is built.
+    let timers = {
+        let states: Vec<_> = catalog
+            .by_id
+            .values()
+            .map(|core| (core.id, core.state.read()))
+            .collect();
+        let maps: Vec<(u32, &crate::keydir::KeyMap)> =
+            states.iter().map(|(id, st)| (*id, &st.map)).collect();
+        build::file_timers(&maps, armed, span)
+    };
 
     // Dead bytes per segment = total - bytes of entries the key directory points at.
     let mut segstats: HashMap<u32, SegStats> = loader.stats.into_iter().collect();

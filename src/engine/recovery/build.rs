@@ -6,7 +6,7 @@
 //! ([`KeyMap`]). All records of a key are in one shard, so a shard decides its keys exactly
 //! as one merge of everything would. What the pass over the survivors gathers besides the map
 //! (census, live bytes per file, expired records to free) is kept per shard in a
-//! [`Survivors`] and added up at the end; the timers are filed afterwards ([`arm_timers`]).
+//! [`Survivors`] and added up at the end; the timers are filed afterwards ([`file_timers`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
@@ -33,20 +33,37 @@ const MAX_SHARDS: usize = 256;
 pub(super) type LiveByFile = HashMap<u32, FileLive, BuildHasherDefault<FileIdHasher>>;
 
 /// What a pass over the survivors of some keys gathered besides the map.
-#[derive(Default)]
 pub(super) struct Survivors {
     /// The kept entries, counted.
     pub(super) census: Census,
     /// The kept entries' bytes and latest deadline per file.
     pub(super) live: LiveByFile,
+    /// Kept entries that have a deadline.
+    pub(super) armed: usize,
+    /// The earliest and latest of their deadlines (`(u64::MAX, 0)` while there is none).
+    pub(super) span: (u64, u64),
     /// Puts freed because they expired and were reported before the last close:
     /// `(file, record length, deadline)`.
     pub(super) expired: Vec<(u32, u64, u64)>,
 }
 
+impl Default for Survivors {
+    fn default() -> Self {
+        Self {
+            census: Census::default(),
+            live: LiveByFile::default(),
+            armed: 0,
+            span: (u64::MAX, 0),
+            expired: Vec::new(),
+        }
+    }
+}
+
 impl Survivors {
     fn absorb(&mut self, other: Survivors) {
         self.census.absorb(other.census);
+        self.armed += other.armed;
+        self.span = (self.span.0.min(other.span.0), self.span.1.max(other.span.1));
         for (file, l) in other.live {
             let mine = self.live.entry(file).or_default();
             mine.bytes += l.bytes;
@@ -69,7 +86,7 @@ pub(super) struct Rules<'a> {
 
 impl Rules<'_> {
     /// Decides a key's newest record (a tombstone too), marking the second of its timer
-    /// (filed by [`arm_timers`]), and counts it in `acc` if kept.
+    /// (filed by [`file_timers`]), and counts it in `acc` if kept.
     fn keep(&self, acc: &mut Survivors, (_, e): &mut (Key, Entry)) -> bool {
         if e.flags & LOADED_TOMBSTONE != 0 {
             return false;
@@ -82,6 +99,8 @@ impl Rules<'_> {
         }
         if at != ttl::NEVER {
             e.armed = at;
+            acc.armed += 1;
+            acc.span = (acc.span.0.min(at), acc.span.1.max(at));
         }
         acc.census.add(e);
         let live = acc.live.entry(e.file).or_default();
@@ -97,19 +116,26 @@ impl Rules<'_> {
 /// A shard to build: its first key (none for the first) and its piece of every run.
 type Job<'r> = (Option<Key>, Vec<&'r mut [(Key, Entry)]>);
 
-/// Files a timer in `timers` for every entry of `map` that has a deadline, on this thread
-/// after the shards are built. Filing them per shard and joining the sets cost memory: with
-/// deadlines spread over a day, each shard's bucket of a second held one or two timers in a
-/// chunk of eight, and the chunks freed after the join stayed in the allocator's arenas (RSS
-/// growth per key after opening 1 M keys with TTLs of 1 h to 1 day: 133.5 bytes when filed
-/// one by one, 196.5 joined).
-pub(super) fn arm_timers(map: &KeyMap, keyspace: u32, timers: &mut Timers) {
-    for (key, e) in map.iter() {
-        if e.armed != ttl::NEVER {
-            let key = key.clone();
-            timers.insert(e.armed, Timer { keyspace, key });
-        }
-    }
+/// The timers of every entry of `maps` (keyspace id, map) that has a deadline, filed at once
+/// (`Timers::file`) after the maps are built: `armed` entries in all, their seconds within
+/// `span`. Filing them per shard and joining the sets cost memory: with deadlines spread over
+/// a day, each shard's bucket of a second held one or two timers in a chunk of eight, and the
+/// chunks freed after the join stayed in the allocator's arenas (RSS growth per key after
+/// opening 1 M keys with TTLs of 1 h to 1 day: 133.5 bytes inserted one by one, 196.5 joined).
+pub(super) fn file_timers(maps: &[(u32, &KeyMap)], armed: usize, span: (u64, u64)) -> Timers {
+    let seconds = maps
+        .iter()
+        .flat_map(|(_, m)| m.values().map(|e| e.armed))
+        .filter(|&at| at != ttl::NEVER);
+    let timers = maps.iter().flat_map(|&(keyspace, m)| {
+        m.iter()
+            .filter(|(_, e)| e.armed != ttl::NEVER)
+            .map(move |(key, e)| {
+                let key = key.clone();
+                (e.armed, Timer { keyspace, key })
+            })
+    });
+    Timers::file(armed, span, seconds, timers)
 }
 
 /// Up to `shards - 1` strictly increasing keys that cut the records of `runs` into about
@@ -380,9 +406,11 @@ mod tests {
             }
             let (want, want_acc) = build(runs.clone(), &rules, usize::MAX, 1);
             assert_eq!(want.shards(), 1);
-            let mut want_timers = Timers::default();
-            arm_timers(&want, 3, &mut want_timers);
-            let want_fired = fired(&mut want_timers);
+            let want_fired = fired(&mut file_timers(
+                &[(3, &want)],
+                want_acc.armed,
+                want_acc.span,
+            ));
             let armed = want.values().filter(|e| e.armed != ttl::NEVER).count();
             assert!(armed > 0);
             assert_eq!(want_fired.len(), armed, "a timer for every armed entry");
@@ -417,9 +445,11 @@ mod tests {
                 freed.sort_unstable();
                 freed_want.sort_unstable();
                 assert_eq!(freed, freed_want);
-                let mut timers = Timers::default();
-                arm_timers(&got, 3, &mut timers);
-                assert_eq!(fired(&mut timers), want_fired);
+                assert_eq!((acc.armed, acc.span), (want_acc.armed, want_acc.span));
+                assert_eq!(
+                    fired(&mut file_timers(&[(3, &got)], acc.armed, acc.span)),
+                    want_fired
+                );
             }
         }
     }
