@@ -332,7 +332,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let now_ms = clock_now.max(now_floor_s.saturating_mul(1000));
     let now = now_ms / 1000;
     let mut catalog = Catalog::default();
-    let (mut armed, mut span) = (0, (u64::MAX, 0));
+    let (mut armed, mut span, mut with_timers) = (0, (u64::MAX, 0), Vec::new());
     let mut expired: Vec<(u32, u64, u64)> = Vec::new();
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let mut live_by_file: Vec<(u32, FileLive)> = Vec::new();
@@ -342,8 +342,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             ..KeyspaceState::default()
         };
         // One pass over the survivors, as the runs are merged, does what the key directory's
-        // census, the timers and the per-segment live bytes need, instead of a walk of the
-        // built map for each; shard by shard, on every core (`build`).
+        // census and the per-segment live bytes need, instead of a walk of the built map for
+        // each, and marks each entry's timer second; shard by shard, on every core (`build`).
+        // The timers are filed after every keyspace is built, by two walks of the maps that
+        // have any (`build::file_timers`).
         let rules = build::Rules {
             history: &state.history,
             reaped_upto: clock_state.reaped_upto,
@@ -357,6 +359,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         );
         armed += found.armed;
         span = (span.0.min(found.span.0), span.1.max(found.span.1));
+        if found.armed > 0 {
+            with_timers.push(meta.id);
+        }
         state.map = map;
         state.census = found.census;
         expired.extend(found.expired);
@@ -379,9 +384,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
 
     // Every keyspace's timers, filed at once now that every map is built.
     let timers = {
-        let states: Vec<_> = catalog
-            .by_id
-            .values()
+        let states: Vec<_> = with_timers
+            .iter()
+            .filter_map(|id| catalog.by_id.get(id))
             .map(|core| (core.id, core.state.read()))
             .collect();
         let maps: Vec<(u32, &crate::keydir::KeyMap)> =

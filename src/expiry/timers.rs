@@ -21,10 +21,193 @@ use super::Timer;
 /// The smallest chunk. A new chunk holds half as many timers as the bucket already has, within
 /// `CHUNK_MIN..=CHUNK_MAX`, so the room left in the last chunk is at most a third of the
 /// bucket's capacity: small buckets (mixed TTLs spread keys over many seconds) waste little,
-/// big ones (a second of a fast writer's keys) allocate few chunks.
+/// big ones (a second of a fast writer's keys) allocate few chunks. (Timers filed at open,
+/// [`Filing`], have chunks of exactly their second's count, up to `CHUNK_MAX`.)
 const CHUNK_MIN: usize = 8;
 /// The largest chunk (16 KiB of timers).
 const CHUNK_MAX: usize = 512;
+
+/// A bucket being filed whose number of timers is known: its chunks are allocated with exactly
+/// the room still due, up to [`CHUNK_MAX`] each.
+struct Filling {
+    bucket: Bucket,
+    due: usize,
+}
+
+impl Filling {
+    fn new(due: usize) -> Self {
+        Self {
+            bucket: Bucket::default(),
+            due,
+        }
+    }
+
+    fn push(&mut self, timer: Timer) {
+        let b = &mut self.bucket;
+        match b.chunks.last_mut() {
+            Some(c) if c.len() < c.capacity() => c.push(timer),
+            _ => {
+                // More timers than announced get chunks of one: no room is ever left.
+                let left = self.due.saturating_sub(b.len).clamp(1, CHUNK_MAX);
+                let mut chunk = Vec::with_capacity(left);
+                chunk.push(timer);
+                b.chunks.push(chunk);
+            }
+        }
+        b.len += 1;
+    }
+}
+
+/// Buckets being filed, by second, in order.
+type Fillings = Vec<(u64, Filling)>;
+
+/// Files a known number of timers at once, in two walks over them (open, once every keyspace's
+/// key directory is built): [`Filing::count`] each timer's second, then [`Filing::file`] each
+/// timer, then [`Filing::finish`]. Each second's timers go into chunks of exactly their
+/// number, up to [`CHUNK_MAX`] each, so no chunk has room, and the buckets are built in order.
+///
+/// Inserting a million timers one by one, their seconds in key order (random), cost a cache
+/// miss or two each (165 ms at open). When the seconds span little more than there are
+/// timers, they are counted per second in an array (4 bytes per second of the span, which is
+/// at most one per timer plus 65,536, and 48 per second that has timers) and dealt straight
+/// into their chunks; otherwise ([`Filing::wants_counts`] false, or a second outside the span
+/// announced) they are collected and sorted first. A timer whose second was not counted is
+/// still filed, one by one.
+pub(crate) struct Filing(Stage);
+
+/// Where a [`Filing`] is.
+enum Stage {
+    /// First walk: timers per second of `min..`.
+    Counting { min: u64, counts: Vec<u32> },
+    /// Second walk: each second's index among `buckets`, which get the timers.
+    Dealing {
+        min: u64,
+        index: Vec<u32>,
+        buckets: Fillings,
+        strays: Vec<(u64, Timer)>,
+    },
+    /// Collecting every timer, to sort.
+    Sorting(Vec<(u64, Timer)>),
+}
+
+impl Filing {
+    /// A filing of `len` timers whose seconds lie within `min..=max`.
+    pub(crate) fn new(len: usize, (min, max): (u64, u64)) -> Self {
+        let span = usize::try_from(max.wrapping_sub(min))
+            .ok()
+            .filter(|_| min <= max)
+            .and_then(|s| s.checked_add(1))
+            .filter(|&s| s <= len.saturating_add(1 << 16));
+        Self(match span {
+            Some(span) if len > 0 => Stage::Counting {
+                min,
+                counts: vec![0; span],
+            },
+            _ => Stage::Sorting(Vec::with_capacity(len)),
+        })
+    }
+
+    /// True while the first walk is wanted (its counts are used).
+    pub(crate) fn wants_counts(&self) -> bool {
+        matches!(self.0, Stage::Counting { .. })
+    }
+
+    /// Counts a timer at second `at` (first walk).
+    pub(crate) fn count(&mut self, at: u64) {
+        let Stage::Counting { min, counts } = &mut self.0 else {
+            return;
+        };
+        let n = at
+            .checked_sub(*min)
+            .and_then(|o| usize::try_from(o).ok())
+            .and_then(|o| counts.get_mut(o));
+        match n.and_then(|n| n.checked_add(1).map(|m| (n, m))) {
+            Some((n, m)) => *n = m,
+            // Outside the span, or 4 G timers in one second: sort instead.
+            None => self.0 = Stage::Sorting(Vec::new()),
+        }
+    }
+
+    /// Files `timer` at second `at` (second walk).
+    pub(crate) fn file(&mut self, at: u64, timer: Timer) {
+        if let Stage::Counting { min, counts } = &mut self.0 {
+            let (min, mut index) = (*min, std::mem::take(counts));
+            let mut buckets: Fillings = Vec::new();
+            for (second, n) in (min..).zip(index.iter_mut()) {
+                if *n > 0 {
+                    buckets.push((second, Filling::new(*n as usize)));
+                    *n = u32::try_from(buckets.len() - 1).unwrap_or(u32::MAX);
+                }
+            }
+            self.0 = Stage::Dealing {
+                min,
+                index,
+                buckets,
+                strays: Vec::new(),
+            };
+        }
+        match &mut self.0 {
+            Stage::Dealing {
+                min,
+                index,
+                buckets,
+                strays,
+            } => {
+                let i = at
+                    .checked_sub(*min)
+                    .and_then(|o| usize::try_from(o).ok())
+                    .and_then(|o| index.get(o))
+                    .map(|&i| i as usize);
+                match i.and_then(|i| buckets.get_mut(i)) {
+                    Some((second, f)) if *second == at => f.push(timer),
+                    _ => strays.push((at, timer)),
+                }
+            }
+            Stage::Sorting(all) => all.push((at, timer)),
+            Stage::Counting { .. } => {}
+        }
+    }
+
+    /// The filed set.
+    pub(crate) fn finish(self) -> Timers {
+        let (buckets, strays) = match self.0 {
+            Stage::Counting { .. } => return Timers::default(),
+            Stage::Dealing {
+                buckets, strays, ..
+            } => (buckets, strays),
+            Stage::Sorting(mut all) => {
+                all.sort_unstable_by_key(|(at, _)| *at);
+                let mut buckets: Fillings = Vec::new();
+                for (at, _) in &all {
+                    match buckets.last_mut() {
+                        Some((last, f)) if last == at => f.due += 1,
+                        _ => buckets.push((*at, Filling::new(1))),
+                    }
+                }
+                let mut all = all.into_iter();
+                for (_, f) in &mut buckets {
+                    for (_, timer) in all.by_ref().take(f.due) {
+                        f.push(timer);
+                    }
+                }
+                (buckets, Vec::new())
+            }
+        };
+        debug_assert!(strays.is_empty(), "timers at seconds that were not counted");
+        let mut filed = Timers {
+            len: buckets.iter().map(|(_, f)| f.bucket.len).sum(),
+            buckets: buckets
+                .into_iter()
+                .filter(|(_, f)| f.bucket.len > 0)
+                .map(|(at, f)| (at, f.bucket))
+                .collect(),
+        };
+        for (at, timer) in strays {
+            filed.insert(at, timer);
+        }
+        filed
+    }
+}
 
 /// The timers due in one second.
 #[derive(Debug, Default)]
@@ -61,94 +244,6 @@ impl Timers {
     pub(crate) fn insert(&mut self, at: u64, timer: Timer) {
         self.buckets.entry(at).or_default().push(timer);
         self.len += 1;
-    }
-
-    /// The set of `len` timers, filed at once: `timers` yields them with their seconds, all
-    /// within `min..=max`; `seconds` yields the same seconds in the same order, without
-    /// building the timers (each sequence is walked once). When counted, each second's timers
-    /// go into chunks of exactly their number (up to [`CHUNK_MAX`] each), so no chunk has
-    /// room, and the buckets are built in order.
-    ///
-    /// Inserting a million timers one by one, their seconds in key order (random), cost a
-    /// cache miss or two each (165 ms at open). When the seconds span little more than there
-    /// are timers, they are counted per second in an array (at most 4 bytes per timer plus
-    /// 256 KiB) and dealt straight into their chunks; otherwise collected, sorted and filed
-    /// in order.
-    pub(crate) fn file(
-        len: usize,
-        (min, max): (u64, u64),
-        seconds: impl Iterator<Item = u64>,
-        timers: impl Iterator<Item = (u64, Timer)>,
-    ) -> Self {
-        if len == 0 || min > max {
-            return Self::default();
-        }
-        let span = usize::try_from(max - min)
-            .ok()
-            .and_then(|s| s.checked_add(1))
-            .filter(|&s| s <= len.saturating_add(1 << 16));
-        let Some(span) = span else {
-            let mut all: Vec<(u64, Timer)> = timers.collect();
-            all.sort_unstable_by_key(|(at, _)| *at);
-            let mut buckets: Vec<(u64, Bucket)> = Vec::new();
-            for (at, timer) in all {
-                match buckets.last_mut() {
-                    Some((last, b)) if *last == at => b.push(timer),
-                    _ => {
-                        let mut b = Bucket::default();
-                        b.push(timer);
-                        buckets.push((at, b));
-                    }
-                }
-            }
-            let len = buckets.iter().map(|(_, b)| b.len).sum();
-            return Self {
-                buckets: buckets.into_iter().collect(),
-                len,
-            };
-        };
-        let slot = |at: u64| usize::try_from(at.saturating_sub(min)).unwrap_or(usize::MAX);
-        // Timers per second, then each second's index among the seconds that have any.
-        let mut index = vec![0u32; span];
-        for at in seconds {
-            if let Some(n) = index.get_mut(slot(at)) {
-                *n += 1;
-            }
-        }
-        let mut buckets: Vec<(u64, Bucket)> = Vec::new();
-        let mut due: Vec<u32> = Vec::new();
-        for (off, n) in (0u64..).zip(index.iter_mut()) {
-            if *n > 0 {
-                due.push(*n);
-                buckets.push((min + off, Bucket::default()));
-                *n = u32::try_from(buckets.len() - 1).unwrap_or(u32::MAX);
-            }
-        }
-        let mut filed = 0;
-        for (at, timer) in timers {
-            let Some(&i) = index.get(slot(at)) else {
-                continue;
-            };
-            let (Some((_, b)), Some(&due)) = (buckets.get_mut(i as usize), due.get(i as usize))
-            else {
-                continue;
-            };
-            match b.chunks.last_mut() {
-                Some(c) if c.len() < c.capacity() => c.push(timer),
-                _ => {
-                    let left = (due as usize).saturating_sub(b.len).max(1);
-                    let mut chunk = Vec::with_capacity(left.min(CHUNK_MAX));
-                    chunk.push(timer);
-                    b.chunks.push(chunk);
-                }
-            }
-            b.len += 1;
-            filed += 1;
-        }
-        Self {
-            buckets: buckets.into_iter().filter(|(_, b)| b.len > 0).collect(),
-            len: filed,
-        }
     }
 
     /// Timers pending (stale ones included).
@@ -268,12 +363,22 @@ mod tests {
             }
             let lo = all.iter().map(|(at, _)| *at).min().unwrap_or(0);
             let hi = all.iter().map(|(at, _)| *at).max().unwrap_or(0);
-            let seconds: Vec<u64> = all.iter().map(|(at, _)| *at).collect();
-            let mut filed = Timers::file(all.len(), (lo, hi), seconds.into_iter(), all.into_iter());
+            let mut filing = Filing::new(all.len(), (lo, hi));
+            assert_eq!(filing.wants_counts(), spread != 0 && spread <= 85_536);
+            if filing.wants_counts() {
+                for (at, _) in &all {
+                    filing.count(*at);
+                }
+            }
+            for (at, t) in all {
+                filing.file(at, t);
+            }
+            let mut filed = filing.finish();
             assert_eq!(filed.len(), one.len());
             assert!(filed.heap_bytes() <= one.heap_bytes(), "spread {spread}");
             for b in filed.buckets.values() {
-                assert!(b.chunks.iter().rev().skip(1).all(|c| c.len() == c.capacity()));
+                assert!(b.chunks.iter().all(|c| c.len() == c.capacity()), "spread {spread}");
+                assert!(b.chunks.iter().all(|c| c.len() <= CHUNK_MAX));
                 assert_eq!(b.chunks.iter().map(Vec::len).sum::<usize>(), b.len);
             }
             assert_eq!(filed.seconds_after(0), one.seconds_after(0));
@@ -291,7 +396,19 @@ mod tests {
             assert_eq!(drain(&mut filed), drain(&mut one));
             assert_eq!(filed.len(), 0);
         }
-        assert_eq!(Timers::file(0, (1, 0), std::iter::empty(), std::iter::empty()).len(), 0);
+        assert_eq!(Filing::new(0, (1, 0)).finish().len(), 0);
+        // A second outside the span announced turns the filing into a sort, and loses nothing.
+        let mut filing = Filing::new(3, (10, 12));
+        for at in [10, 12, 99] {
+            filing.count(at);
+        }
+        assert!(!filing.wants_counts());
+        for (i, at) in [10u64, 12, 99].into_iter().enumerate() {
+            filing.file(at, timer(i as u64));
+        }
+        let filed = filing.finish();
+        assert_eq!(filed.seconds_after(0), vec![10, 12, 99]);
+        assert_eq!(filed.len(), 3);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::hash::BuildHasherDefault;
 
 use super::{merge_runs_with, FileIdHasher, FileLive, Run, LOADED_TOMBSTONE};
 use crate::compaction::policy;
-use crate::expiry::timers::Timers;
+use crate::expiry::timers::{Filing, Timers};
 use crate::expiry::Timer;
 use crate::keydir::{Census, Entry, Key, KeyMap, Shard};
 use crate::ttl::{self, TtlChange};
@@ -117,25 +117,31 @@ impl Rules<'_> {
 type Job<'r> = (Option<Key>, Vec<&'r mut [(Key, Entry)]>);
 
 /// The timers of every entry of `maps` (keyspace id, map) that has a deadline, filed at once
-/// (`Timers::file`) after the maps are built: `armed` entries in all, their seconds within
+/// (`timers::Filing`) after the maps are built: `armed` entries in all, their seconds within
 /// `span`. Filing them per shard and joining the sets cost memory: with deadlines spread over
 /// a day, each shard's bucket of a second held one or two timers in a chunk of eight, and the
 /// chunks freed after the join stayed in the allocator's arenas (RSS growth per key after
 /// opening 1 M keys with TTLs of 1 h to 1 day: 133.5 bytes inserted one by one, 196.5 joined).
 pub(super) fn file_timers(maps: &[(u32, &KeyMap)], armed: usize, span: (u64, u64)) -> Timers {
-    let seconds = maps
-        .iter()
-        .flat_map(|(_, m)| m.values().map(|e| e.armed))
-        .filter(|&at| at != ttl::NEVER);
-    let timers = maps.iter().flat_map(|&(keyspace, m)| {
-        m.iter()
-            .filter(|(_, e)| e.armed != ttl::NEVER)
-            .map(move |(key, e)| {
+    let mut filing = Filing::new(armed, span);
+    if filing.wants_counts() {
+        for (_, map) in maps {
+            map.for_each(|_, e| {
+                if e.armed != ttl::NEVER {
+                    filing.count(e.armed);
+                }
+            });
+        }
+    }
+    for &(keyspace, map) in maps {
+        map.for_each(|key, e| {
+            if e.armed != ttl::NEVER {
                 let key = key.clone();
-                (e.armed, Timer { keyspace, key })
-            })
-    });
-    Timers::file(armed, span, seconds, timers)
+                filing.file(e.armed, Timer { keyspace, key });
+            }
+        });
+    }
+    filing.finish()
 }
 
 /// Up to `shards - 1` strictly increasing keys that cut the records of `runs` into about
@@ -331,6 +337,71 @@ mod tests {
         assert!(lens.iter().all(|&n| n < 3 * 10_000), "{lens:?}");
     }
 
+    /// Three keyspaces' maps filed together: every timer keeps its keyspace, key and second,
+    /// whichever path files them; a keyspace without deadlines adds none.
+    #[test]
+    fn timers_of_several_keyspaces_are_filed_together() {
+        let history = [TtlChange {
+            since: 0,
+            default: DefaultTtl::Seconds(30),
+        }];
+        let rules = Rules {
+            history: &history,
+            reaped_upto: 0,
+            now: 1_000,
+        };
+        for far in [false, true] {
+            let mut built = Vec::new();
+            for ks in 0..3u32 {
+                let mut run: Run = (0..500u64)
+                    .map(|i| {
+                        let ttl = match ks {
+                            0 => Some(100 + (i % 3) as u32),
+                            1 if far && i == 7 => Some(u32::MAX >> 2),
+                            1 => Some(1 + (i % 90) as u32),
+                            _ => None,
+                        };
+                        let mut r = rec(i * 3 + u64::from(ks), i + 1, ks, 1_000, ttl, false);
+                        if ks == 2 {
+                            r.1.ttl = ItemTtl::Never.to_wire();
+                        }
+                        r
+                    })
+                    .collect();
+                run.sort_by(super::super::record_order);
+                let (map, acc) = build(vec![run], &rules, 100, 2);
+                built.push((ks + 10, map, acc));
+            }
+            let maps: Vec<(u32, &KeyMap)> = built.iter().map(|(id, m, _)| (*id, m)).collect();
+            let armed = built.iter().map(|(_, _, a)| a.armed).sum();
+            let span = built.iter().fold((u64::MAX, 0), |s, (_, _, a)| {
+                (s.0.min(a.span.0), s.1.max(a.span.1))
+            });
+            let mut out = Vec::new();
+            file_timers(&maps, armed, span).take(u64::MAX, usize::MAX, &mut out);
+            let mut got: Vec<(u64, u32, Key)> = out
+                .into_iter()
+                .map(|(at, t)| (at, t.keyspace, t.key))
+                .collect();
+            got.sort_unstable();
+            let mut want: Vec<(u64, u32, Key)> = built
+                .iter()
+                .flat_map(|(id, m, _)| {
+                    m.iter()
+                        .filter(|(_, e)| e.armed != ttl::NEVER)
+                        .map(move |(k, e)| (e.armed, *id, k.clone()))
+                })
+                .collect();
+            want.sort_unstable();
+            assert_eq!(got.len(), 1_000);
+            assert!(
+                got.iter().all(|(_, id, _)| *id != 12),
+                "keyspace 12 has no deadline"
+            );
+            assert_eq!(got, want, "far {far}");
+        }
+    }
+
     /// Every timer of `t`, taken out, with its second, sorted.
     fn fired(t: &mut Timers) -> Vec<(u64, Key)> {
         let mut out = Vec::new();
@@ -370,9 +441,11 @@ mod tests {
                     let mut run: Run = (0..next(3_000))
                         .map(|_| {
                             seq += 1;
+                            // Rounds 0-5 keep the deadlines within a few minutes, so the
+                            // timers are counted per second; the rest span 34 years.
                             let ttl = match next(4) {
                                 0 => None,
-                                1 => Some(u32::MAX >> 2),
+                                1 if round >= 6 => Some(u32::MAX >> 2),
                                 _ => Some(next(120) as u32 + 1),
                             };
                             let key = base + next(if round % 3 == 0 { 50 } else { 8_000 });
@@ -411,6 +484,14 @@ mod tests {
                 want_acc.armed,
                 want_acc.span,
             ));
+            // Each timer is its entry's: the key at the second the entry is armed for.
+            let mut armed_pairs: Vec<(u64, Key)> = want
+                .iter()
+                .filter(|(_, e)| e.armed != ttl::NEVER)
+                .map(|(k, e)| (e.armed, k.clone()))
+                .collect();
+            armed_pairs.sort_unstable();
+            assert_eq!(want_fired, armed_pairs);
             let armed = want.values().filter(|e| e.armed != ttl::NEVER).count();
             assert!(armed > 0);
             assert_eq!(want_fired.len(), armed, "a timer for every armed entry");
