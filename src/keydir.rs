@@ -21,7 +21,7 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 mod census;
 mod map;
 pub use census::{Census, Count};
-pub use map::{KeyMap, Shard};
+pub use map::KeyMap;
 
 /// A key as stored in the key directory: keys up to 16 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
@@ -181,6 +181,22 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry for tests: sequence number `seq` in file 1 at offset 0, length 0, written at
+    /// second 0, inheriting the default TTL, no timer.
+    #[cfg(test)]
+    pub(crate) fn at_seq(seq: u64) -> Self {
+        Self {
+            seq,
+            file: 1,
+            offset: 0,
+            len: 0,
+            ts: WriteSecs::default(),
+            ttl: 0,
+            flags: 0,
+            armed: ttl::NEVER,
+        }
+    }
+
     /// The record's own TTL.
     #[must_use]
     pub fn own_ttl(&self) -> ItemTtl {

@@ -119,25 +119,12 @@ impl ScanRegistry {
 mod tests {
     use super::*;
 
-    fn entry(seq: u64) -> Entry {
-        Entry {
-            seq,
-            file: 1,
-            offset: 0,
-            len: 0,
-            ts: crate::keydir::WriteSecs::default(),
-            ttl: 0,
-            flags: 0,
-            armed: crate::ttl::NEVER,
-        }
-    }
-
     #[test]
     fn a_scan_sees_the_image_before_the_first_batch_after_its_start() {
         let mut r = ScanRegistry::default();
         r.open(10);
-        r.record(12, b"k", Some((entry(3), b"v3".to_vec())));
-        r.record(20, b"k", Some((entry(13), b"v13".to_vec())));
+        r.record(12, b"k", Some((Entry::at_seq(3), b"v3".to_vec())));
+        r.record(20, b"k", Some((Entry::at_seq(13), b"v13".to_vec())));
         assert_eq!(
             r.before(b"k", 10).cloned().flatten().map(|(e, _)| e.seq),
             Some(3)

@@ -210,19 +210,6 @@ impl KeyMap {
 mod tests {
     use super::*;
 
-    fn entry(seq: u64) -> Entry {
-        Entry {
-            seq,
-            file: 1,
-            offset: 0,
-            len: 1,
-            ts: crate::keydir::WriteSecs::default(),
-            ttl: 0,
-            flags: 0,
-            armed: crate::ttl::NEVER,
-        }
-    }
-
     fn k(s: &str) -> Key {
         Key::from_slice(s.as_bytes())
     }
@@ -243,8 +230,8 @@ mod tests {
             } else {
                 2
             };
-            shards[at].1.insert(k(s), entry(i as u64));
-            one.insert(k(s), entry(i as u64));
+            shards[at].1.insert(k(s), Entry::at_seq(i as u64));
+            one.insert(k(s), Entry::at_seq(i as u64));
         }
         (KeyMap::from_shards(shards), one)
     }
@@ -313,8 +300,8 @@ mod tests {
             // removed, and the rest bumped through `entry` and `get_mut`.
             for (i, p) in probes.iter().enumerate() {
                 assert_eq!(
-                    map.insert(k(p), entry(100 + i as u64)),
-                    one.insert(k(p), entry(100 + i as u64))
+                    map.insert(k(p), Entry::at_seq(100 + i as u64)),
+                    one.insert(k(p), Entry::at_seq(100 + i as u64))
                 );
             }
             for (i, s) in keys.iter().enumerate() {

@@ -15,7 +15,7 @@ use super::{merge_runs_with, FileIdHasher, FileLive, Run, LOADED_TOMBSTONE};
 use crate::compaction::policy;
 use crate::expiry::timers::{Filing, Timers};
 use crate::expiry::Timer;
-use crate::keydir::{Census, Entry, Key, KeyMap, Shard};
+use crate::keydir::{Census, Entry, Key, KeyMap};
 use crate::ttl::{self, TtlChange};
 
 /// Records per shard a keyspace is split into when it has at least two shards' worth: at
@@ -229,48 +229,24 @@ pub(super) fn build(
         let tree: BTreeMap<Key, Entry> = kept.into_iter().collect();
         (tree, acc)
     };
-    let jobs_len = jobs.len();
-    let built: Vec<(Shard, Survivors)> = if threads <= 1 || jobs_len == 1 {
-        jobs.into_iter()
-            .map(|(start, pieces)| {
-                let (tree, acc) = one(pieces);
-                ((start, tree), acc)
-            })
-            .collect()
-    } else {
-        let queue = parking_lot::Mutex::new(jobs.into_iter().enumerate());
-        let work = || {
-            let mut mine = Vec::new();
-            loop {
-                let next = queue.lock().next();
-                let Some((i, (start, pieces))) = next else {
-                    break;
-                };
-                let (tree, acc) = one(pieces);
-                mine.push((i, ((start, tree), acc)));
-            }
-            mine
-        };
-        let helpers = threads.min(jobs_len) - 1;
-        let mut done: Vec<(usize, (Shard, Survivors))> = std::thread::scope(|s| {
-            // This thread works too; a helper the system refuses to start leaves its share to
-            // the others (open never fails for want of a thread).
-            let workers: Vec<_> = (0..helpers)
-                .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok())
-                .collect();
-            let mut all = work();
-            for w in workers {
-                // A panic in a helper is raised again here, as on this thread.
-                all.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            }
-            all
-        });
-        done.sort_unstable_by_key(|(i, _)| *i);
-        done.into_iter().map(|(_, b)| b).collect()
-    };
+    let threads = threads.min(jobs.len());
+    let queue = parking_lot::Mutex::new(jobs.into_iter().enumerate());
+    let mut built = super::side_by_side(threads, false, || {
+        let mut mine = Vec::new();
+        loop {
+            let next = queue.lock().next();
+            let Some((i, (start, pieces))) = next else {
+                break;
+            };
+            let (tree, acc) = one(pieces);
+            mine.push((i, ((start, tree), acc)));
+        }
+        mine
+    });
+    built.sort_unstable_by_key(|(i, _)| *i);
     let mut all = Survivors::default();
     let mut shards = Vec::with_capacity(built.len());
-    for (shard, acc) in built {
+    for (_, (shard, acc)) in built {
         shards.push(shard);
         all.absorb(acc);
     }
