@@ -391,7 +391,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             .collect();
         let maps: Vec<(u32, &crate::keydir::KeyMap)> =
             states.iter().map(|(id, st)| (*id, &st.map)).collect();
-        build::file_timers(&maps, armed, span)
+        build::file_timers(&maps, armed, span, threads)
     };
 
     // Dead bytes per segment = total - bytes of entries the key directory points at.

@@ -246,6 +246,25 @@ impl Timers {
         self.len += 1;
     }
 
+    /// Adds every timer of `other`, whose buckets are not merged with this set's: a bucket of
+    /// `other` at a second this set has too is added timer by timer (open files disjoint
+    /// ranges of seconds side by side, so that does not happen there).
+    pub(crate) fn join(&mut self, other: Timers) {
+        for (at, bucket) in other.buckets {
+            match self.buckets.entry(at) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    self.len += bucket.len;
+                    v.insert(bucket);
+                }
+                std::collections::btree_map::Entry::Occupied(_) => {
+                    for timer in bucket.chunks.into_iter().flatten() {
+                        self.insert(at, timer);
+                    }
+                }
+            }
+        }
+    }
+
     /// Timers pending (stale ones included).
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -409,6 +428,30 @@ mod tests {
         let filed = filing.finish();
         assert_eq!(filed.seconds_after(0), vec![10, 12, 99]);
         assert_eq!(filed.len(), 3);
+    }
+
+    /// Joining sets keeps every timer at its second, the buckets of a second both have too.
+    #[test]
+    fn joining_sets_keeps_every_timer() {
+        let mut a = Timers::default();
+        let mut b = Timers::default();
+        for i in 0..300u64 {
+            a.insert(10 + i % 5, timer(i));
+            b.insert(14 + i % 5, timer(1_000 + i));
+        }
+        a.join(b);
+        assert_eq!(a.len(), 600);
+        assert_eq!(a.seconds_after(0), (10..19).collect::<Vec<_>>());
+        assert_eq!(a.due(13), 240);
+        assert_eq!(a.due(14), 300 + 60);
+        let mut out = Vec::new();
+        a.take(u64::MAX, usize::MAX, &mut out);
+        assert_eq!(out.len(), 600);
+        assert!(out.iter().all(|(at, t)| {
+            let i = u64::from_be_bytes(t.key.as_slice().try_into().expect("8-byte key"));
+            *at == if i < 1_000 { 10 + i % 5 } else { 14 + (i - 1_000) % 5 }
+        }));
+        assert_eq!(a.len(), 0);
     }
 
     #[test]

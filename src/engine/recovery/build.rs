@@ -122,12 +122,70 @@ type Job<'r> = (Option<Key>, Vec<&'r mut [(Key, Entry)]>);
 /// a day, each shard's bucket of a second held one or two timers in a chunk of eight, and the
 /// chunks freed after the join stayed in the allocator's arenas (RSS growth per key after
 /// opening 1 M keys with TTLs of 1 h to 1 day: 133.5 bytes inserted one by one, 196.5 joined).
-pub(super) fn file_timers(maps: &[(u32, &KeyMap)], armed: usize, span: (u64, u64)) -> Timers {
-    let mut filing = Filing::new(armed, span);
+///
+/// With `threads` above one and at least [`SHARD_RECORDS`] timers, the span is cut into that
+/// many ranges of seconds, each filed by its own thread walking every map for the timers in
+/// its range, and the sets are joined (their seconds do not overlap). 1 M timers over a day:
+/// 87 ms filed by one thread.
+pub(super) fn file_timers(
+    maps: &[(u32, &KeyMap)],
+    armed: usize,
+    (min, max): (u64, u64),
+    threads: usize,
+) -> Timers {
+    let parts = if armed >= SHARD_RECORDS && min < max {
+        let width = max - min;
+        threads
+            .clamp(1, 8)
+            .min(usize::try_from(width).unwrap_or(usize::MAX))
+    } else {
+        1
+    };
+    // Range `i` of `parts` starts at `min + width * i / parts` (only cut when `min < max`).
+    let bound = |i: usize| -> u64 {
+        if i == 0 || min >= max {
+            return min;
+        }
+        let width = u128::from(max - min) + 1;
+        let at = width * i as u128 / parts as u128;
+        min.saturating_add(u64::try_from(at).unwrap_or(u64::MAX))
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut filed = super::side_by_side(parts, false, || {
+        let mut mine = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if i >= parts {
+                break;
+            }
+            let (lo, hi) = (
+                bound(i),
+                if i + 1 == parts {
+                    max
+                } else {
+                    bound(i + 1) - 1
+                },
+            );
+            mine.push((i, file_range(maps, armed, (lo, hi))));
+        }
+        mine
+    });
+    filed.sort_unstable_by_key(|(i, _)| *i);
+    let mut all = Timers::default();
+    for (_, part) in filed {
+        all.join(part);
+    }
+    all
+}
+
+/// The timers of `maps` whose seconds lie within `lo..=hi` (at most `armed` of them).
+fn file_range(maps: &[(u32, &KeyMap)], armed: usize, (lo, hi): (u64, u64)) -> Timers {
+    let mine = |at: u64| at != ttl::NEVER && (lo..=hi).contains(&at);
+    let mut filing = Filing::new(armed, (lo, hi));
     if filing.wants_counts() {
         for (_, map) in maps {
             map.for_each(|_, e| {
-                if e.armed != ttl::NEVER {
+                if mine(e.armed) {
                     filing.count(e.armed);
                 }
             });
@@ -135,7 +193,7 @@ pub(super) fn file_timers(maps: &[(u32, &KeyMap)], armed: usize, span: (u64, u64
     }
     for &(keyspace, map) in maps {
         map.for_each(|key, e| {
-            if e.armed != ttl::NEVER {
+            if mine(e.armed) {
                 let key = key.clone();
                 filing.file(e.armed, Timer { keyspace, key });
             }
@@ -354,7 +412,7 @@ mod tests {
                 (s.0.min(a.span.0), s.1.max(a.span.1))
             });
             let mut out = Vec::new();
-            file_timers(&maps, armed, span).take(u64::MAX, usize::MAX, &mut out);
+            file_timers(&maps, armed, span, 2).take(u64::MAX, usize::MAX, &mut out);
             let mut got: Vec<(u64, u32, Key)> = out
                 .into_iter()
                 .map(|(at, t)| (at, t.keyspace, t.key))
@@ -375,6 +433,44 @@ mod tests {
                 "keyspace 12 has no deadline"
             );
             assert_eq!(got, want, "far {far}");
+        }
+    }
+
+    /// Enough timers to be filed in ranges of seconds by several threads: the same set as one
+    /// thread files, whether the seconds are spread, bunched at the ends, or in two seconds.
+    #[test]
+    fn timers_filed_in_ranges_side_by_side_are_the_same_set() {
+        let history = [TtlChange {
+            since: 0,
+            default: DefaultTtl::Seconds(30),
+        }];
+        let rules = Rules {
+            history: &history,
+            reaped_upto: 0,
+            now: 1_000,
+        };
+        for shape in 0..3u64 {
+            let mut run: Run = (0..40_000u64)
+                .map(|i| {
+                    let ttl = match shape {
+                        0 => 1 + (i * 7919) % 5_000,
+                        1 if i % 2 == 0 => 1 + i % 3,
+                        1 => 90_000 - i % 3,
+                        _ => 10 + i % 2,
+                    };
+                    rec(i, i + 1, 1, 1_000, Some(ttl as u32), false)
+                })
+                .collect();
+            run.sort_by(super::super::record_order);
+            let (map, acc) = build(vec![run], &rules, SHARD_RECORDS, 2);
+            assert_eq!(acc.armed, 40_000);
+            let want = fired(&mut file_timers(&[(1, &map)], acc.armed, acc.span, 1));
+            assert_eq!(want.len(), 40_000);
+            for threads in [2, 3, 8] {
+                let mut got = file_timers(&[(1, &map)], acc.armed, acc.span, threads);
+                assert_eq!(got.len(), 40_000);
+                assert_eq!(fired(&mut got), want, "shape {shape}, {threads} threads");
+            }
         }
     }
 
@@ -459,6 +555,7 @@ mod tests {
                 &[(3, &want)],
                 want_acc.armed,
                 want_acc.span,
+                1,
             ));
             // Each timer is its entry's: the key at the second the entry is armed for.
             let mut armed_pairs: Vec<(u64, Key)> = want
@@ -504,7 +601,7 @@ mod tests {
                 assert_eq!(freed, freed_want);
                 assert_eq!((acc.armed, acc.span), (want_acc.armed, want_acc.span));
                 assert_eq!(
-                    fired(&mut file_timers(&[(3, &got)], acc.armed, acc.span)),
+                    fired(&mut file_timers(&[(3, &got)], acc.armed, acc.span, threads)),
                     want_fired
                 );
             }
