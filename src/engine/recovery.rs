@@ -333,6 +333,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let now = now_ms / 1000;
     let mut catalog = Catalog::default();
     let (mut armed, mut span, mut with_timers) = (0, (u64::MAX, 0), Vec::new());
+    let mut sample: Vec<u64> = Vec::new();
     let mut expired: Vec<(u32, u64, u64)> = Vec::new();
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let mut live_by_file: Vec<(u32, FileLive)> = Vec::new();
@@ -359,6 +360,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         );
         armed += found.armed;
         span = (span.0.min(found.span.0), span.1.max(found.span.1));
+        sample.extend_from_slice(&found.sample);
         if found.armed > 0 {
             with_timers.push(meta.id);
         }
@@ -391,7 +393,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             .collect();
         let maps: Vec<(u32, &crate::keydir::KeyMap)> =
             states.iter().map(|(id, st)| (*id, &st.map)).collect();
-        build::file_timers(&maps, armed, span, threads)
+        build::file_timers(&maps, armed, span, &sample, threads)
     };
 
     // Dead bytes per segment = total - bytes of entries the key directory points at.

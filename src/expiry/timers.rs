@@ -439,6 +439,11 @@ mod tests {
             a.insert(10 + i % 5, timer(i));
             b.insert(14 + i % 5, timer(1_000 + i));
         }
+        let mut joined = Timers::default();
+        joined.join(Timers::default());
+        assert_eq!(joined.len(), 0);
+        joined.join(a);
+        let mut a = joined;
         a.join(b);
         assert_eq!(a.len(), 600);
         assert_eq!(a.seconds_after(0), (10..19).collect::<Vec<_>>());

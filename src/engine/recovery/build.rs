@@ -29,6 +29,9 @@ pub(super) const SHARD_RECORDS: usize = 1 << 14;
 /// comparisons at most).
 const MAX_SHARDS: usize = 256;
 
+/// One deadline in this many is sampled to cut the filing of timers into ranges.
+const SAMPLE_EVERY: usize = 64;
+
 /// Live bytes and deadline per segment file.
 pub(super) type LiveByFile = HashMap<u32, FileLive, BuildHasherDefault<FileIdHasher>>;
 
@@ -42,6 +45,8 @@ pub(super) struct Survivors {
     pub(super) armed: usize,
     /// The earliest and latest of their deadlines (`(u64::MAX, 0)` while there is none).
     pub(super) span: (u64, u64),
+    /// The deadline of one in every [`SAMPLE_EVERY`] of them, for cutting their filing.
+    pub(super) sample: Vec<u64>,
     /// Puts freed because they expired and were reported before the last close:
     /// `(file, record length, deadline)`.
     pub(super) expired: Vec<(u32, u64, u64)>,
@@ -54,6 +59,7 @@ impl Default for Survivors {
             live: LiveByFile::default(),
             armed: 0,
             span: (u64::MAX, 0),
+            sample: Vec::new(),
             expired: Vec::new(),
         }
     }
@@ -64,6 +70,7 @@ impl Survivors {
         self.census.absorb(other.census);
         self.armed += other.armed;
         self.span = (self.span.0.min(other.span.0), self.span.1.max(other.span.1));
+        self.sample.extend(other.sample);
         for (file, l) in other.live {
             let mine = self.live.entry(file).or_default();
             mine.bytes += l.bytes;
@@ -99,6 +106,9 @@ impl Rules<'_> {
         }
         if at != ttl::NEVER {
             e.armed = at;
+            if acc.armed.is_multiple_of(SAMPLE_EVERY) {
+                acc.sample.push(at);
+            }
             acc.armed += 1;
             acc.span = (acc.span.0.min(at), acc.span.1.max(at));
         }
@@ -123,32 +133,38 @@ type Job<'r> = (Option<Key>, Vec<&'r mut [(Key, Entry)]>);
 /// chunks freed after the join stayed in the allocator's arenas (RSS growth per key after
 /// opening 1 M keys with TTLs of 1 h to 1 day: 133.5 bytes inserted one by one, 196.5 joined).
 ///
-/// With `threads` above one and at least [`SHARD_RECORDS`] timers, the span is cut into that
-/// many ranges of seconds, each filed by its own thread walking every map for the timers in
-/// its range, and the sets are joined (their seconds do not overlap). 1 M timers over a day:
+/// With `threads` above one and at least [`SHARD_RECORDS`] timers, the seconds are cut into up
+/// to that many ranges (8 at most) at quantiles of `sample` (seconds of some of the timers), so
+/// each range holds about as many timers; each is filed by its own thread walking every map
+/// for the timers in it, and the sets are joined (their seconds do not overlap). The first and
+/// last ranges are open-ended: a timer outside `span` is still filed. 1 M timers over a day:
 /// 87 ms filed by one thread.
 pub(super) fn file_timers(
     maps: &[(u32, &KeyMap)],
     armed: usize,
-    (min, max): (u64, u64),
+    span: (u64, u64),
+    sample: &[u64],
     threads: usize,
 ) -> Timers {
-    let parts = if armed >= SHARD_RECORDS && min < max {
-        let width = max - min;
-        threads
-            .clamp(1, 8)
-            .min(usize::try_from(width).unwrap_or(usize::MAX))
-    } else {
-        1
-    };
-    // Range `i` of `parts` starts at `min + width * i / parts` (only cut when `min < max`).
-    let bound = |i: usize| -> u64 {
-        if i == 0 || min >= max {
-            return min;
+    // The first second of every range but the first.
+    let mut cuts: Vec<u64> = Vec::new();
+    if armed >= SHARD_RECORDS && threads > 1 && !sample.is_empty() {
+        let mut sample = sample.to_vec();
+        sample.sort_unstable();
+        let parts = threads.min(8);
+        for i in 1..parts {
+            let at = sample[i * sample.len() / parts];
+            if at > span.0 && cuts.last().is_none_or(|&last| last < at) {
+                cuts.push(at);
+            }
         }
-        let width = u128::from(max - min) + 1;
-        let at = width * i as u128 / parts as u128;
-        min.saturating_add(u64::try_from(at).unwrap_or(u64::MAX))
+    }
+    let parts = cuts.len() + 1;
+    // Range `i`: from `cuts[i - 1]` (the first: from 0) up to `cuts[i] - 1` (the last: on).
+    let range = |i: usize| {
+        let lo = if i == 0 { 0 } else { cuts[i - 1] };
+        let hi = cuts.get(i).map_or(u64::MAX, |c| c - 1);
+        (lo, hi)
     };
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut filed = super::side_by_side(parts, false, || {
@@ -158,15 +174,7 @@ pub(super) fn file_timers(
             if i >= parts {
                 break;
             }
-            let (lo, hi) = (
-                bound(i),
-                if i + 1 == parts {
-                    max
-                } else {
-                    bound(i + 1) - 1
-                },
-            );
-            mine.push((i, file_range(maps, armed, (lo, hi))));
+            mine.push((i, file_range(maps, armed.div_ceil(parts), span, range(i))));
         }
         mine
     });
@@ -178,10 +186,16 @@ pub(super) fn file_timers(
     all
 }
 
-/// The timers of `maps` whose seconds lie within `lo..=hi` (at most `armed` of them).
-fn file_range(maps: &[(u32, &KeyMap)], armed: usize, (lo, hi): (u64, u64)) -> Timers {
+/// The timers of `maps` whose seconds lie within `lo..=hi`: about `len` of them, their seconds
+/// expected within `span`.
+fn file_range(
+    maps: &[(u32, &KeyMap)],
+    len: usize,
+    span: (u64, u64),
+    (lo, hi): (u64, u64),
+) -> Timers {
     let mine = |at: u64| at != ttl::NEVER && (lo..=hi).contains(&at);
-    let mut filing = Filing::new(armed, (lo, hi));
+    let mut filing = Filing::new(len, (span.0.max(lo), span.1.min(hi)));
     if filing.wants_counts() {
         for (_, map) in maps {
             map.for_each(|_, e| {
@@ -408,11 +422,15 @@ mod tests {
             }
             let maps: Vec<(u32, &KeyMap)> = built.iter().map(|(id, m, _)| (*id, m)).collect();
             let armed = built.iter().map(|(_, _, a)| a.armed).sum();
+            let sample: Vec<u64> = built
+                .iter()
+                .flat_map(|(_, _, a)| a.sample.clone())
+                .collect();
             let span = built.iter().fold((u64::MAX, 0), |s, (_, _, a)| {
                 (s.0.min(a.span.0), s.1.max(a.span.1))
             });
             let mut out = Vec::new();
-            file_timers(&maps, armed, span, 2).take(u64::MAX, usize::MAX, &mut out);
+            file_timers(&maps, armed, span, &sample, 2).take(u64::MAX, usize::MAX, &mut out);
             let mut got: Vec<(u64, u32, Key)> = out
                 .into_iter()
                 .map(|(at, t)| (at, t.keyspace, t.key))
@@ -449,14 +467,20 @@ mod tests {
             reaped_upto: 0,
             now: 1_000,
         };
-        for shape in 0..3u64 {
+        // Spread; bunched at both ends; two seconds; three seconds (fewer than the threads);
+        // one far deadline among near ones; spread too wide to count (filed by sorting).
+        for shape in 0..6u64 {
             let mut run: Run = (0..40_000u64)
                 .map(|i| {
                     let ttl = match shape {
                         0 => 1 + (i * 7919) % 5_000,
                         1 if i % 2 == 0 => 1 + i % 3,
                         1 => 90_000 - i % 3,
-                        _ => 10 + i % 2,
+                        2 => 10 + i % 2,
+                        3 => 10 + i % 3,
+                        4 if i == 777 => 900_000_000,
+                        4 => 1 + i % 100,
+                        _ => 1 + (i * 7919) % 50_000_000,
                     };
                     rec(i, i + 1, 1, 1_000, Some(ttl as u32), false)
                 })
@@ -464,10 +488,17 @@ mod tests {
             run.sort_by(super::super::record_order);
             let (map, acc) = build(vec![run], &rules, SHARD_RECORDS, 2);
             assert_eq!(acc.armed, 40_000);
-            let want = fired(&mut file_timers(&[(1, &map)], acc.armed, acc.span, 1));
+            let want = fired(&mut file_timers(
+                &[(1, &map)],
+                acc.armed,
+                acc.span,
+                &acc.sample,
+                1,
+            ));
             assert_eq!(want.len(), 40_000);
+            assert!(!acc.sample.is_empty());
             for threads in [2, 3, 8] {
-                let mut got = file_timers(&[(1, &map)], acc.armed, acc.span, threads);
+                let mut got = file_timers(&[(1, &map)], acc.armed, acc.span, &acc.sample, threads);
                 assert_eq!(got.len(), 40_000);
                 assert_eq!(fired(&mut got), want, "shape {shape}, {threads} threads");
             }
@@ -555,6 +586,7 @@ mod tests {
                 &[(3, &want)],
                 want_acc.armed,
                 want_acc.span,
+                &want_acc.sample,
                 1,
             ));
             // Each timer is its entry's: the key at the second the entry is armed for.
@@ -601,7 +633,13 @@ mod tests {
                 assert_eq!(freed, freed_want);
                 assert_eq!((acc.armed, acc.span), (want_acc.armed, want_acc.span));
                 assert_eq!(
-                    fired(&mut file_timers(&[(3, &got)], acc.armed, acc.span, threads)),
+                    fired(&mut file_timers(
+                        &[(3, &got)],
+                        acc.armed,
+                        acc.span,
+                        &acc.sample,
+                        threads
+                    )),
                     want_fired
                 );
             }
