@@ -337,16 +337,7 @@ mod tests {
     #[test]
     fn lookups_agree_for_short_and_long_keys() {
         let mut st = KeyspaceState::default();
-        let e = |seq| Entry {
-            seq,
-            file: 1,
-            offset: 0,
-            len: 0,
-            ts: WriteSecs::default(),
-            ttl: 0,
-            flags: 0,
-            armed: ttl::NEVER,
-        };
+        let e = Entry::at_seq;
         let keys: Vec<Vec<u8>> = (0u64..300)
             .map(|i| {
                 let mut k = (i * 7919 % 1000).to_be_bytes().to_vec();

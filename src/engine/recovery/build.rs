@@ -389,15 +389,7 @@ mod tests {
     /// whichever path files them; a keyspace without deadlines adds none.
     #[test]
     fn timers_of_several_keyspaces_are_filed_together() {
-        let history = [TtlChange {
-            since: 0,
-            default: DefaultTtl::Seconds(30),
-        }];
-        let rules = Rules {
-            history: &history,
-            reaped_upto: 0,
-            now: 1_000,
-        };
+        let rules = rules_30s();
         for far in [false, true] {
             let mut built = Vec::new();
             for ks in 0..3u32 {
@@ -458,15 +450,7 @@ mod tests {
     /// thread files, whether the seconds are spread, bunched at the ends, or in two seconds.
     #[test]
     fn timers_filed_in_ranges_side_by_side_are_the_same_set() {
-        let history = [TtlChange {
-            since: 0,
-            default: DefaultTtl::Seconds(30),
-        }];
-        let rules = Rules {
-            history: &history,
-            reaped_upto: 0,
-            now: 1_000,
-        };
+        let rules = rules_30s();
         // Spread; bunched at both ends; two seconds; three seconds (fewer than the threads);
         // one far deadline among near ones; spread too wide to count (filed by sorting).
         for shape in 0..6u64 {
@@ -502,6 +486,20 @@ mod tests {
                 assert_eq!(got.len(), 40_000);
                 assert_eq!(fired(&mut got), want, "shape {shape}, {threads} threads");
             }
+        }
+    }
+
+    /// A keyspace whose default TTL has been 30 s since second 0, opened at second 1,000
+    /// with nothing reported expired yet.
+    fn rules_30s() -> Rules<'static> {
+        const HISTORY: [TtlChange; 1] = [TtlChange {
+            since: 0,
+            default: DefaultTtl::Seconds(30),
+        }];
+        Rules {
+            history: &HISTORY,
+            reaped_upto: 0,
+            now: 1_000,
         }
     }
 
