@@ -144,9 +144,35 @@ impl Manifest {
         if crc32fast::hash(body) != LE::read_u32(&header[16..20]) {
             return Err(bad("manifest checksum mismatch"));
         }
-        serde_json::from_slice(body)
-            .map(Some)
-            .map_err(|e| bad(&format!("manifest body: {e}")))
+        let manifest: Self =
+            serde_json::from_slice(body).map_err(|e| bad(&format!("manifest body: {e}")))?;
+        if let Some(why) = manifest.duplicate() {
+            return Err(bad(&why));
+        }
+        Ok(Some(manifest))
+    }
+
+    /// What the manifest lists twice, if anything: a segment id (sealed or active), a keyspace
+    /// id or a keyspace name. The engine never writes such a manifest; opening one would give
+    /// two keyspaces one set of records (the catalogue keeps one of them by id), so it is
+    /// damage.
+    fn duplicate(&self) -> Option<String> {
+        let mut segments: Vec<u32> = self.sealed.iter().map(|s| s.id).chain(self.active).collect();
+        segments.sort_unstable();
+        if let Some(w) = segments.windows(2).find(|w| w[0] == w[1]) {
+            return Some(format!("manifest lists segment {} twice", w[0]));
+        }
+        let mut ids: Vec<u32> = self.keyspaces.iter().map(|k| k.id).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Some(format!("manifest lists keyspace id {} twice", w[0]));
+        }
+        let mut names: Vec<&str> = self.keyspaces.iter().map(|k| k.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Some(format!("manifest lists keyspace '{}' twice", w[0]));
+        }
+        None
     }
 
     /// Atomically replaces `dir/MANIFEST` with `self`, its `high_water` raised to at least
@@ -234,6 +260,47 @@ mod tests {
             Err(StoreError::Unchanged(Error::TooLarge(_)))
         ));
         assert_eq!(Manifest::load(dir.path()).expect("load"), None);
+    }
+
+    /// A manifest that lists a segment, a keyspace id or a keyspace name twice is damage, named
+    /// in the error; with every one listed once it loads.
+    #[test]
+    fn a_manifest_listing_something_twice_is_refused() {
+        let ks = |id: u32, name: &str| KeyspaceMeta {
+            id,
+            name: name.into(),
+            history: Vec::new(),
+        };
+        let good = Manifest {
+            sealed: vec![SealedSegment { id: 1, len: 64 }, SealedSegment { id: 2, len: 64 }],
+            active: Some(3),
+            keyspaces: vec![ks(1, "a"), ks(2, "b")],
+            ..Manifest::default()
+        };
+        let mut twice_sealed = good.clone();
+        twice_sealed.sealed[1].id = 1;
+        let mut active_sealed = good.clone();
+        active_sealed.active = Some(2);
+        let mut twice_id = good.clone();
+        twice_id.keyspaces[1].id = 1;
+        let mut twice_name = good.clone();
+        twice_name.keyspaces[1].name = "a".into();
+        for (m, want) in [
+            (&twice_sealed, "segment 1 twice"),
+            (&active_sealed, "segment 2 twice"),
+            (&twice_id, "keyspace id 1 twice"),
+            (&twice_name, "keyspace 'a' twice"),
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            m.store(dir.path(), 0).expect("store");
+            match Manifest::load(dir.path()) {
+                Err(Error::Corruption { reason, .. }) => assert!(reason.contains(want), "{reason}"),
+                other => panic!("{want}: {other:?}"),
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        good.store(dir.path(), 0).expect("store");
+        assert_eq!(Manifest::load(dir.path()).expect("load"), Some(good));
     }
 
     #[test]
