@@ -48,6 +48,15 @@ struct FileLive {
     soon: u64,
 }
 
+impl FileLive {
+    /// Counts what `other` counted too.
+    fn add(&mut self, other: &FileLive) {
+        self.bytes += other.bytes;
+        self.dies_by = self.dies_by.max(other.dies_by);
+        self.soon += other.soon;
+    }
+}
+
 /// Hashes a segment file id with one multiply: ids are the store's own small integers, not
 /// input anyone chooses, and SipHash per surviving key was 3 % of an open's samples.
 #[derive(Default)]
@@ -332,11 +341,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let now_ms = clock_now.max(now_floor_s.saturating_mul(1000));
     let now = now_ms / 1000;
     let mut catalog = Catalog::default();
-    let (mut armed, mut span, mut with_timers) = (0, (u64::MAX, 0), Vec::new());
-    let mut sample: Vec<u64> = Vec::new();
-    let mut expired: Vec<(u32, u64, u64)> = Vec::new();
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let mut live_by_file: Vec<(u32, FileLive)> = Vec::new();
+    // What every keyspace's survivors gathered besides their census, and which keyspaces have
+    // timers to file.
+    let mut found_all = build::Survivors::default();
+    let mut with_timers = Vec::new();
     for meta in &manifest.keyspaces {
         let mut state = KeyspaceState {
             history: meta.history.clone(),
@@ -352,27 +361,18 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             reaped_upto: clock_state.reaped_upto,
             now,
         };
-        let (map, found) = build::build(
+        let (map, mut found) = build::build(
             loader.take_runs(meta.id),
             &rules,
             build::SHARD_RECORDS,
             threads,
         );
-        armed += found.armed;
-        span = (span.0.min(found.span.0), span.1.max(found.span.1));
-        sample.extend_from_slice(&found.sample);
-        if found.armed > 0 {
+        if found.deadlines.count > 0 {
             with_timers.push(meta.id);
         }
         state.map = map;
-        state.census = found.census;
-        expired.extend(found.expired);
-        for (file, live) in found.live {
-            let l = slot(&mut live_by_file, file);
-            l.bytes += live.bytes;
-            l.dies_by = l.dies_by.max(live.dies_by);
-            l.soon += live.soon;
-        }
+        state.census = std::mem::take(&mut found.census);
+        found_all.absorb(found);
         let core = Arc::new(KeyspaceCore {
             id: meta.id,
             name: meta.name.clone(),
@@ -393,7 +393,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             .collect();
         let maps: Vec<(u32, &crate::keydir::KeyMap)> =
             states.iter().map(|(id, st)| (*id, &st.map)).collect();
-        build::file_timers(&maps, armed, span, &sample, threads)
+        build::file_timers(&maps, &found_all.deadlines, threads)
     };
 
     // Dead bytes per segment = total - bytes of entries the key directory points at.
@@ -404,14 +404,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         // epoch of this process (a default-TTL change after this makes them stale).
         s.ttl_epoch = 0;
     }
-    for (file, live) in live_by_file {
+    for (file, live) in found_all.live {
         if let Some(s) = segstats.get_mut(&file) {
             s.dead = s.dead.saturating_sub(live.bytes);
             s.dies_by = s.dies_by.max(live.dies_by);
             s.soon = live.soon;
         }
     }
-    for (file, len, at) in expired {
+    for (file, len, at) in found_all.expired {
         if let Some(s) = segstats.get_mut(&file) {
             s.note_expired(len, at);
         }
@@ -780,7 +780,7 @@ fn load_all_sealed(
     // Each thread reads every hint it decodes into one buffer that lives as long as the thread:
     // freeing a hint-sized buffer between files made the allocator serve the next file's
     // vectors from the thread's arena, which kept them (13 MB after opening 1 M keys).
-    let one = |entry: &SealedSegment, buf: &mut Vec<u8>| {
+    let one = |buf: &mut Vec<u8>, entry: &SealedSegment| {
         let mut part = Loader::default();
         let seg = load_sealed(dir, *entry, opts, &mut part, damage, buf)?;
         part.sort();
@@ -789,57 +789,61 @@ fn load_all_sealed(
     let threads = std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
         .min(entries.len());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut out = side_by_side(threads, threads > 1, || {
-        let mut done = Vec::new();
-        let mut buf = Vec::new();
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(entry) = entries.get(i) else {
-                break;
-            };
-            done.push((i, one(entry, &mut buf)));
-        }
-        done
-    });
-    out.sort_unstable_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
+    side_by_side(entries.iter().collect(), threads, threads > 1, one)
 }
 
-/// Runs `work` on `threads` threads side by side, and gathers what each returned: this
-/// thread and `threads - 1` helpers, or, with `spare_this_thread`, `threads` helpers while
-/// this one waits (loading hints: vectors allocated by helpers stay out of this thread's
-/// allocator arena, which builds the key directory next; opening 1 M keys took 5 ms longer
-/// when it loaded hints too). A helper the system refuses to start leaves its share to the
-/// others, this thread included when none started (open never fails for want of a thread); a
-/// panic in a helper is raised again here, as on this thread.
-fn side_by_side<T: Send>(
+/// `work` applied to every one of `jobs`, on `threads` threads side by side, the results in
+/// the jobs' order: this thread and `threads - 1` helpers, or, with `spare_this_thread`,
+/// `threads` helpers while this one waits (loading hints: vectors allocated by helpers stay
+/// out of this thread's allocator arena, which builds the key directory next; opening 1 M keys
+/// took 5 ms longer when it loaded hints too). Each thread takes the next job left and keeps
+/// one `S` for all the jobs it takes. A helper the system refuses to start leaves its share to
+/// the others, this thread included when none started (open never fails for want of a
+/// thread); a panic in a helper is raised again here, as on this thread.
+fn side_by_side<J: Send, S: Default, T: Send>(
+    jobs: Vec<J>,
     threads: usize,
     spare_this_thread: bool,
-    work: impl Fn() -> Vec<T> + Sync,
+    work: impl Fn(&mut S, J) -> T + Sync,
 ) -> Vec<T> {
-    if threads <= 1 && !spare_this_thread {
-        return work();
-    }
-    std::thread::scope(|s| {
-        let wanted = if spare_this_thread {
-            threads
-        } else {
-            threads - 1
-        };
-        let helpers: Vec<_> = (0..wanted)
-            .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, &work).ok())
-            .collect();
-        let mut all = if spare_this_thread && !helpers.is_empty() {
-            Vec::new()
-        } else {
-            work()
-        };
-        for h in helpers {
-            all.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+    let queue = Mutex::new(jobs.into_iter().enumerate());
+    let take = || {
+        let mut state = S::default();
+        let mut done = Vec::new();
+        loop {
+            let next = queue.lock().next();
+            let Some((i, job)) = next else {
+                break;
+            };
+            done.push((i, work(&mut state, job)));
         }
-        all
-    })
+        done
+    };
+    let mut out = if threads <= 1 && !spare_this_thread {
+        take()
+    } else {
+        std::thread::scope(|s| {
+            let wanted = if spare_this_thread {
+                threads
+            } else {
+                threads - 1
+            };
+            let helpers: Vec<_> = (0..wanted)
+                .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, take).ok())
+                .collect();
+            let mut all = if spare_this_thread && !helpers.is_empty() {
+                Vec::new()
+            } else {
+                take()
+            };
+            for h in helpers {
+                all.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+            all
+        })
+    };
+    out.sort_unstable_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, t)| t).collect()
 }
 
 /// Loads the active segment. Only a tail past the durable point `CLOCK` recorded for it may be

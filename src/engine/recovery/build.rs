@@ -35,47 +35,63 @@ const SAMPLE_EVERY: usize = 64;
 /// Live bytes and deadline per segment file.
 pub(super) type LiveByFile = HashMap<u32, FileLive, BuildHasherDefault<FileIdHasher>>;
 
+/// The deadlines of the entries that have one: how many, the earliest and latest, and a
+/// sample (one in [`SAMPLE_EVERY`]) for cutting their filing into ranges.
+pub(super) struct Deadlines {
+    pub(super) count: usize,
+    /// `(u64::MAX, 0)` while there is none.
+    pub(super) span: (u64, u64),
+    pub(super) sample: Vec<u64>,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            span: (u64::MAX, 0),
+            sample: Vec::new(),
+        }
+    }
+}
+
+impl Deadlines {
+    fn note(&mut self, at: u64) {
+        if self.count.is_multiple_of(SAMPLE_EVERY) {
+            self.sample.push(at);
+        }
+        self.count += 1;
+        self.span = (self.span.0.min(at), self.span.1.max(at));
+    }
+
+    fn absorb(&mut self, other: Deadlines) {
+        self.count += other.count;
+        self.span = (self.span.0.min(other.span.0), self.span.1.max(other.span.1));
+        self.sample.extend(other.sample);
+    }
+}
+
 /// What a pass over the survivors of some keys gathered besides the map.
+#[derive(Default)]
 pub(super) struct Survivors {
     /// The kept entries, counted.
     pub(super) census: Census,
     /// The kept entries' bytes and latest deadline per file.
     pub(super) live: LiveByFile,
-    /// Kept entries that have a deadline.
-    pub(super) armed: usize,
-    /// The earliest and latest of their deadlines (`(u64::MAX, 0)` while there is none).
-    pub(super) span: (u64, u64),
-    /// The deadline of one in every [`SAMPLE_EVERY`] of them, for cutting their filing.
-    pub(super) sample: Vec<u64>,
+    /// The kept entries' deadlines (each marked in its entry's `armed`).
+    pub(super) deadlines: Deadlines,
     /// Puts freed because they expired and were reported before the last close:
     /// `(file, record length, deadline)`.
     pub(super) expired: Vec<(u32, u64, u64)>,
 }
 
-impl Default for Survivors {
-    fn default() -> Self {
-        Self {
-            census: Census::default(),
-            live: LiveByFile::default(),
-            armed: 0,
-            span: (u64::MAX, 0),
-            sample: Vec::new(),
-            expired: Vec::new(),
-        }
-    }
-}
-
 impl Survivors {
-    fn absorb(&mut self, other: Survivors) {
+    /// Adds what `other` gathered (hashed by file: survivors come in key order, so with keys
+    /// written in random order each one is in another file).
+    pub(super) fn absorb(&mut self, other: Survivors) {
         self.census.absorb(other.census);
-        self.armed += other.armed;
-        self.span = (self.span.0.min(other.span.0), self.span.1.max(other.span.1));
-        self.sample.extend(other.sample);
+        self.deadlines.absorb(other.deadlines);
         for (file, l) in other.live {
-            let mine = self.live.entry(file).or_default();
-            mine.bytes += l.bytes;
-            mine.dies_by = mine.dies_by.max(l.dies_by);
-            mine.soon += l.soon;
+            self.live.entry(file).or_default().add(&l);
         }
         self.expired.extend(other.expired);
     }
@@ -106,11 +122,7 @@ impl Rules<'_> {
         }
         if at != ttl::NEVER {
             e.armed = at;
-            if acc.armed.is_multiple_of(SAMPLE_EVERY) {
-                acc.sample.push(at);
-            }
-            acc.armed += 1;
-            acc.span = (acc.span.0.min(at), acc.span.1.max(at));
+            acc.deadlines.note(at);
         }
         acc.census.add(e);
         let live = acc.live.entry(e.file).or_default();
@@ -141,46 +153,32 @@ type Job<'r> = (Option<Key>, Vec<&'r mut [(Key, Entry)]>);
 /// 87 ms filed by one thread.
 pub(super) fn file_timers(
     maps: &[(u32, &KeyMap)],
-    armed: usize,
-    span: (u64, u64),
-    sample: &[u64],
+    deadlines: &Deadlines,
     threads: usize,
 ) -> Timers {
+    let Deadlines {
+        count,
+        span,
+        ref sample,
+    } = *deadlines;
     // The first second of every range but the first.
-    let mut cuts: Vec<u64> = Vec::new();
-    if armed >= SHARD_RECORDS && threads > 1 && !sample.is_empty() {
-        let mut sample = sample.to_vec();
-        sample.sort_unstable();
-        let parts = threads.min(8);
-        for i in 1..parts {
-            let at = sample[i * sample.len() / parts];
-            if at > span.0 && cuts.last().is_none_or(|&last| last < at) {
-                cuts.push(at);
-            }
-        }
-    }
+    let cuts = if count >= SHARD_RECORDS && threads > 1 {
+        quantiles(sample.clone(), threads.min(8))
+    } else {
+        Vec::new()
+    };
     let parts = cuts.len() + 1;
     // Range `i`: from `cuts[i - 1]` (the first: from 0) up to `cuts[i] - 1` (the last: on).
-    let range = |i: usize| {
+    let ranges = (0..parts).map(|i| {
         let lo = if i == 0 { 0 } else { cuts[i - 1] };
         let hi = cuts.get(i).map_or(u64::MAX, |c| c - 1);
         (lo, hi)
-    };
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut filed = super::side_by_side(parts, false, || {
-        let mut mine = Vec::new();
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if i >= parts {
-                break;
-            }
-            mine.push((i, file_range(maps, armed.div_ceil(parts), span, range(i))));
-        }
-        mine
     });
-    filed.sort_unstable_by_key(|(i, _)| *i);
+    let filed = super::side_by_side(ranges.collect(), parts, false, |(), range| {
+        file_range(maps, count.div_ceil(parts), span, range)
+    });
     let mut all = Timers::default();
-    for (_, part) in filed {
+    for part in filed {
         all.join(part);
     }
     all
@@ -234,22 +232,25 @@ fn split_keys(runs: &[Run], shards: usize) -> Vec<Key> {
         }
         at -= run.len();
     }
+    quantiles(sample, shards).into_iter().cloned().collect()
+}
+
+/// Up to `parts - 1` strictly increasing values that cut `sample` into about equal parts, each
+/// above the smallest value (a cut there would leave the first part empty).
+fn quantiles<T: Ord + Copy>(mut sample: Vec<T>, parts: usize) -> Vec<T> {
     sample.sort_unstable();
-    let mut starts: Vec<Key> = Vec::with_capacity(shards.saturating_sub(1));
-    for i in 1..shards {
-        let k = sample[i * sample.len() / shards];
-        if starts.last().is_none_or(|last| last < k) {
-            starts.push(k.clone());
+    let mut cuts: Vec<T> = Vec::with_capacity(parts.saturating_sub(1));
+    for i in 1..parts {
+        let Some(&at) = sample.get(i * sample.len() / parts) else {
+            break;
+        };
+        if sample.first().is_some_and(|&first| first < at)
+            && cuts.last().is_none_or(|&last| last < at)
+        {
+            cuts.push(at);
         }
     }
-    // A cut at the smallest key would leave the first shard empty for nothing.
-    if starts
-        .first()
-        .is_some_and(|s| Some(s) == sample.first().copied())
-    {
-        starts.remove(0);
-    }
-    starts
+    cuts
 }
 
 /// The key directory of a keyspace from its `runs` (each sorted by key, newest first), with
@@ -302,23 +303,13 @@ pub(super) fn build(
         (tree, acc)
     };
     let threads = threads.min(jobs.len());
-    let queue = parking_lot::Mutex::new(jobs.into_iter().enumerate());
-    let mut built = super::side_by_side(threads, false, || {
-        let mut mine = Vec::new();
-        loop {
-            let next = queue.lock().next();
-            let Some((i, (start, pieces))) = next else {
-                break;
-            };
-            let (tree, acc) = one(pieces);
-            mine.push((i, ((start, tree), acc)));
-        }
-        mine
+    let built = super::side_by_side(jobs, threads, false, |(), (start, pieces)| {
+        let (tree, acc) = one(pieces);
+        ((start, tree), acc)
     });
-    built.sort_unstable_by_key(|(i, _)| *i);
     let mut all = Survivors::default();
     let mut shards = Vec::with_capacity(built.len());
-    for (_, (shard, acc)) in built {
+    for (shard, acc) in built {
         shards.push(shard);
         all.absorb(acc);
     }
@@ -413,16 +404,16 @@ mod tests {
                 built.push((ks + 10, map, acc));
             }
             let maps: Vec<(u32, &KeyMap)> = built.iter().map(|(id, m, _)| (*id, m)).collect();
-            let armed = built.iter().map(|(_, _, a)| a.armed).sum();
-            let sample: Vec<u64> = built
-                .iter()
-                .flat_map(|(_, _, a)| a.sample.clone())
-                .collect();
-            let span = built.iter().fold((u64::MAX, 0), |s, (_, _, a)| {
-                (s.0.min(a.span.0), s.1.max(a.span.1))
-            });
+            let mut deadlines = Deadlines::default();
+            for (_, _, a) in &built {
+                deadlines.absorb(Deadlines {
+                    sample: a.deadlines.sample.clone(),
+                    ..a.deadlines
+                });
+            }
+            assert_eq!(deadlines.count, 1_000);
             let mut out = Vec::new();
-            file_timers(&maps, armed, span, &sample, 2).take(u64::MAX, usize::MAX, &mut out);
+            file_timers(&maps, &deadlines, 2).take(u64::MAX, usize::MAX, &mut out);
             let mut got: Vec<(u64, u32, Key)> = out
                 .into_iter()
                 .map(|(at, t)| (at, t.keyspace, t.key))
@@ -471,18 +462,12 @@ mod tests {
                 .collect();
             run.sort_by(super::super::record_order);
             let (map, acc) = build(vec![run], &rules, SHARD_RECORDS, 2);
-            assert_eq!(acc.armed, 40_000);
-            let want = fired(&mut file_timers(
-                &[(1, &map)],
-                acc.armed,
-                acc.span,
-                &acc.sample,
-                1,
-            ));
+            assert_eq!(acc.deadlines.count, 40_000);
+            let want = fired(&mut file_timers(&[(1, &map)], &acc.deadlines, 1));
             assert_eq!(want.len(), 40_000);
-            assert!(!acc.sample.is_empty());
+            assert!(!acc.deadlines.sample.is_empty());
             for threads in [2, 3, 8] {
-                let mut got = file_timers(&[(1, &map)], acc.armed, acc.span, &acc.sample, threads);
+                let mut got = file_timers(&[(1, &map)], &acc.deadlines, threads);
                 assert_eq!(got.len(), 40_000);
                 assert_eq!(fired(&mut got), want, "shape {shape}, {threads} threads");
             }
@@ -580,13 +565,7 @@ mod tests {
             }
             let (want, want_acc) = build(runs.clone(), &rules, usize::MAX, 1);
             assert_eq!(want.shards(), 1);
-            let want_fired = fired(&mut file_timers(
-                &[(3, &want)],
-                want_acc.armed,
-                want_acc.span,
-                &want_acc.sample,
-                1,
-            ));
+            let want_fired = fired(&mut file_timers(&[(3, &want)], &want_acc.deadlines, 1));
             // Each timer is its entry's: the key at the second the entry is armed for.
             let mut armed_pairs: Vec<(u64, Key)> = want
                 .iter()
@@ -629,15 +608,12 @@ mod tests {
                 freed.sort_unstable();
                 freed_want.sort_unstable();
                 assert_eq!(freed, freed_want);
-                assert_eq!((acc.armed, acc.span), (want_acc.armed, want_acc.span));
                 assert_eq!(
-                    fired(&mut file_timers(
-                        &[(3, &got)],
-                        acc.armed,
-                        acc.span,
-                        &acc.sample,
-                        threads
-                    )),
+                    (acc.deadlines.count, acc.deadlines.span),
+                    (want_acc.deadlines.count, want_acc.deadlines.span)
+                );
+                assert_eq!(
+                    fired(&mut file_timers(&[(3, &got)], &acc.deadlines, threads)),
                     want_fired
                 );
             }
