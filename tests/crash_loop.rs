@@ -392,7 +392,8 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             panic!(
                 "cycle {cycle} ({sync_name}) seed {seed}: the store matches no prefix of the {} \
                  operations after the last durable point; store {got:?}, docs {got_docs:?}, \
-                 durable model {state:?}, in flight {pending:?}",
+                 durable model {state:?}, durable docs {docs:?}, default {default}, after it \
+                 {tail:?}, in flight {pending:?}, checked at second {now}",
                 tail.len()
             );
         };
