@@ -20,7 +20,7 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
 mod census;
 mod map;
-pub use census::{Census, Count};
+pub use census::{Census, Count, Gathered};
 pub use map::KeyMap;
 
 /// A key as stored in the key directory: keys up to 16 bytes live inline in the map's nodes, so

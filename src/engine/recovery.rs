@@ -371,7 +371,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             with_timers.push(meta.id);
         }
         state.map = map;
-        state.census = std::mem::take(&mut found.census);
+        state.census = std::mem::take(&mut found.census).finish();
         found_all.absorb(found);
         let core = Arc::new(KeyspaceCore {
             id: meta.id,

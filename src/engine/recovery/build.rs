@@ -15,7 +15,7 @@ use super::{merge_runs_with, FileIdHasher, FileLive, Run, LOADED_TOMBSTONE};
 use crate::compaction::policy;
 use crate::expiry::timers::{Filing, Timers};
 use crate::expiry::Timer;
-use crate::keydir::{Census, Entry, Key, KeyMap};
+use crate::keydir::{Entry, Gathered, Key, KeyMap};
 use crate::ttl::{self, TtlChange};
 
 /// Records per shard a keyspace is split into when it has at least two shards' worth: at
@@ -73,8 +73,8 @@ impl Deadlines {
 /// What a pass over the survivors of some keys gathered besides the map.
 #[derive(Default)]
 pub(super) struct Survivors {
-    /// The kept entries, counted.
-    pub(super) census: Census,
+    /// The kept entries, for their census.
+    pub(super) census: Gathered,
     /// The kept entries' bytes and latest deadline per file.
     pub(super) live: LiveByFile,
     /// The kept entries' deadlines (each marked in its entry's `armed`).
@@ -589,7 +589,10 @@ mod tests {
                 let a: Vec<_> = got.iter().map(|(k, e)| (k.clone(), *e)).collect();
                 let b: Vec<_> = want.iter().map(|(k, e)| (k.clone(), *e)).collect();
                 assert_eq!(a, b, "round {round}, {per_shard} per shard");
-                assert_eq!(acc.census, want_acc.census);
+                assert_eq!(
+                    acc.census.clone().finish(),
+                    want_acc.census.clone().finish()
+                );
                 let mut live: Vec<_> = acc
                     .live
                     .iter()
