@@ -228,8 +228,10 @@ fn apply(
     }
 }
 
-/// Whether the store's answer `got` for a key is allowed by the model value `want` at `now`.
-fn allowed(want: &Val, got: Option<&str>, now: u64) -> bool {
+/// Whether the store's answer `got` for a key is allowed by the model value `want`, read at
+/// some second within `reads` (the seconds before and after all the reads: the clock may
+/// tick over between two of them, so one key may be read a second later than another).
+fn allowed(want: &Val, got: Option<&str>, reads: (u64, u64)) -> bool {
     match (want, got) {
         (Val::Absent, None) => true,
         (Val::Absent, Some(_)) => false,
@@ -242,8 +244,9 @@ fn allowed(want: &Val, got: Option<&str>, now: u64) -> bool {
             },
             got,
         ) => {
-            let surely_live = now < written_after + u64::from(*ttl);
-            let surely_dead = now > written_before + u64::from(*ttl);
+            // Live at every second the read may have happened in / expired at every one.
+            let surely_live = reads.1 < written_after + u64::from(*ttl);
+            let surely_dead = reads.0 > written_before + u64::from(*ttl);
             match got {
                 Some(g) if g == value => !surely_dead,
                 Some(_) => false,
@@ -353,7 +356,7 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         let db = Database::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
         let ks = db.store().keyspace("ks")?;
         let c = db.container("docs")?;
-        let now = now_s();
+        let before_reads = now_s();
         let mut got = BTreeMap::new();
         let mut got_docs = BTreeMap::new();
         for k in 0..KEYS {
@@ -366,6 +369,8 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
                 got_docs.insert(key, doc["v"].as_str().unwrap_or_default().to_string());
             }
         }
+        let now = now_s();
+        let reads = (before_reads, now);
         let mut candidates: Vec<(String, u64, u64)> = tail.clone();
         if let Some((op, t0)) = &pending {
             if !op.starts_with("I T") && op != "I S" {
@@ -382,7 +387,7 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             let keys_ok = (0..KEYS).all(|k| {
                 let key = format!("k{k}");
                 let want = model.0.get(&key).cloned().unwrap_or(Val::Absent);
-                allowed(&want, got.get(&key).cloned().flatten().as_deref(), now)
+                allowed(&want, got.get(&key).cloned().flatten().as_deref(), reads)
             });
             if keys_ok && model.1 == got_docs {
                 matched = Some(model.clone());
@@ -393,7 +398,7 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
                 "cycle {cycle} ({sync_name}) seed {seed}: the store matches no prefix of the {} \
                  operations after the last durable point; store {got:?}, docs {got_docs:?}, \
                  durable model {state:?}, durable docs {docs:?}, default {default}, after it \
-                 {tail:?}, in flight {pending:?}, checked at second {now}",
+                 {tail:?}, in flight {pending:?}, read within seconds {reads:?}",
                 tail.len()
             );
         };
