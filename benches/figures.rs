@@ -47,6 +47,16 @@ fn rss_child(dir: &str, n: usize) -> ebbdb::Result<()> {
     Ok(())
 }
 
+/// The RSS growth per key of opening the `n`-key store in `dir`, measured in a fresh process
+/// ([`rss_child`]): memory freed earlier in this one would hide growth.
+fn rss_per_key_after_open(dir: &std::path::Path, n: usize) -> ebbdb::Result<String> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .env("EBBDB_RSS_CHILD", dir)
+        .env("EBBDB_KEYS", n.to_string())
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 fn main() -> ebbdb::Result<()> {
     if let Ok(dir) = std::env::var("EBBDB_RSS_CHILD") {
         let n = std::env::var("EBBDB_KEYS")
@@ -140,12 +150,7 @@ fn main() -> ebbdb::Result<()> {
             with_hints.as_secs_f64(),
             no_hints.as_secs_f64() / with_hints.as_secs_f64()
         );
-        // RSS in a fresh process: memory freed earlier in this one would hide growth.
-        let out = std::process::Command::new(std::env::current_exe()?)
-            .env("EBBDB_RSS_CHILD", dir.path())
-            .env("EBBDB_KEYS", n.to_string())
-            .output()?;
-        let per_key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let per_key = rss_per_key_after_open(dir.path(), n)?;
         println!("RSS growth per key after open           {per_key:>10} bytes (key bytes: 16)");
     }
 
@@ -174,11 +179,7 @@ fn main() -> ebbdb::Result<()> {
             assert_eq!(store.keyspace("bench")?.len()?, n);
         }
         println!("open with hints, every key with a TTL   {best:>10.3} s  (best of 3)");
-        let out = std::process::Command::new(std::env::current_exe()?)
-            .env("EBBDB_RSS_CHILD", dir.path())
-            .env("EBBDB_KEYS", n.to_string())
-            .output()?;
-        let per_key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let per_key = rss_per_key_after_open(dir.path(), n)?;
         println!("RSS growth per key after that open      {per_key:>10} bytes (key bytes: 16)");
     }
 
