@@ -229,8 +229,10 @@ fn apply(
 }
 
 /// Whether the store's answer `got` for a key is allowed by the model value `want`, read at
-/// some second within `reads` (the seconds before and after all the reads: the clock may
-/// tick over between two of them, so one key may be read a second later than another).
+/// some second within `reads` (seconds taken just before and just after that key's read: the
+/// clock may tick over during the reads, so one key may be read a second later than another,
+/// and even during one read). The engine's write second lies within the op's stamps, and an
+/// item is expired from its write second plus its TTL on.
 fn allowed(want: &Val, got: Option<&str>, reads: (u64, u64)) -> bool {
     match (want, got) {
         (Val::Absent, None) => true,
@@ -246,7 +248,7 @@ fn allowed(want: &Val, got: Option<&str>, reads: (u64, u64)) -> bool {
         ) => {
             // Live at every second the read may have happened in / expired at every one.
             let surely_live = reads.1 < written_after + u64::from(*ttl);
-            let surely_dead = reads.0 > written_before + u64::from(*ttl);
+            let surely_dead = reads.0 >= written_before + u64::from(*ttl);
             match got {
                 Some(g) if g == value => !surely_dead,
                 Some(_) => false,
@@ -345,6 +347,8 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         }
         child.kill()?; // SIGKILL
         child.wait()?;
+        // The in-flight operation, if it wrote, wrote before this second ended.
+        let killed = now_s();
         while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
             drain(&mut pending, line);
         }
@@ -356,25 +360,24 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         let db = Database::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
         let ks = db.store().keyspace("ks")?;
         let c = db.container("docs")?;
-        let before_reads = now_s();
-        let mut got = BTreeMap::new();
+        // Each key's answer, with the seconds just before and after its read.
+        let mut got: BTreeMap<String, (Option<String>, (u64, u64))> = BTreeMap::new();
         let mut got_docs = BTreeMap::new();
         for k in 0..KEYS {
             let key = format!("k{k}");
+            let before = now_s();
             let v = ks
                 .get(&key)?
                 .map(|v| String::from_utf8(v).expect("utf-8 value"));
-            got.insert(key.clone(), v);
+            got.insert(key.clone(), (v, (before, now_s())));
             if let Ok(doc) = c.read_item::<serde_json::Value>("p", &key) {
                 got_docs.insert(key, doc["v"].as_str().unwrap_or_default().to_string());
             }
         }
-        let now = now_s();
-        let reads = (before_reads, now);
         let mut candidates: Vec<(String, u64, u64)> = tail.clone();
         if let Some((op, t0)) = &pending {
             if !op.starts_with("I T") && op != "I S" {
-                candidates.push((op.clone(), *t0, now));
+                candidates.push((op.clone(), *t0, killed));
             }
         }
         let mut model = (state.clone(), docs.clone(), default);
@@ -387,7 +390,8 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             let keys_ok = (0..KEYS).all(|k| {
                 let key = format!("k{k}");
                 let want = model.0.get(&key).cloned().unwrap_or(Val::Absent);
-                allowed(&want, got.get(&key).cloned().flatten().as_deref(), reads)
+                let (value, reads) = got.get(&key).cloned().unwrap_or_default();
+                allowed(&want, value.as_deref(), reads)
             });
             if keys_ok && model.1 == got_docs {
                 matched = Some(model.clone());
@@ -398,7 +402,7 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
                 "cycle {cycle} ({sync_name}) seed {seed}: the store matches no prefix of the {} \
                  operations after the last durable point; store {got:?}, docs {got_docs:?}, \
                  durable model {state:?}, durable docs {docs:?}, default {default}, after it \
-                 {tail:?}, in flight {pending:?}, read within seconds {reads:?}",
+                 {tail:?}, in flight {pending:?}",
                 tail.len()
             );
         };
