@@ -84,6 +84,11 @@ pub struct Options {
     pub(crate) max_reclaim_lag: Duration,
     pub(crate) tick_interval: Duration,
     pub(crate) use_hints: bool,
+    /// Records per key-directory shard when open builds a keyspace's map (and the timer count
+    /// from which open files timers in ranges on several threads): see `recovery::build`.
+    /// Only the `test-hooks` feature changes it, so that small test stores take the sharded
+    /// paths of open too.
+    pub(crate) open_shard_records: usize,
 }
 
 impl Default for Options {
@@ -98,6 +103,7 @@ impl Default for Options {
             max_reclaim_lag: Duration::from_secs(600),
             tick_interval: Duration::from_millis(250),
             use_hints: true,
+            open_shard_records: crate::engine::OPEN_SHARD_RECORDS,
         }
     }
 }
@@ -114,6 +120,7 @@ impl fmt::Debug for Options {
             .field("max_reclaim_lag", &self.max_reclaim_lag)
             .field("tick_interval", &self.tick_interval)
             .field("use_hints", &self.use_hints)
+            .field("open_shard_records", &self.open_shard_records)
             .finish()
     }
 }
@@ -151,6 +158,19 @@ impl Options {
     #[must_use]
     pub fn max_item_size(mut self, bytes: usize) -> Self {
         self.max_item_size = bytes.min(MAX_VALUE_SIZE);
+        self
+    }
+
+    /// Test hook: open splits a keyspace's key directory into shards of about `records`
+    /// records (at least 1) once it has two shards' worth, builds them side by side, and files
+    /// timers in ranges on several threads from that many timers on. The default (16,384)
+    /// leaves the small stores of crash and power-loss tests in one shard; a few records per
+    /// shard sends them through the sharded paths.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn open_shard_records(mut self, records: usize) -> Self {
+        self.open_shard_records = records.max(1);
         self
     }
 

@@ -9,6 +9,9 @@
 //! `Never`/`Periodic`; the writes after the last durable point may be lost, but only as a
 //! suffix: the store must equal the model after some prefix of them (the in-flight operation
 //! included or not). Default-TTL changes are durable when acknowledged, under every policy.
+//! Every other run of three cycles opens with a few records per key-directory shard
+//! (`Options::open_shard_records`, a test hook), so the child's open and the checks take the
+//! sharded open of a large store too.
 //!
 //! Cycles: `EBBDB_CRASH_CYCLES` (default 4; CI runs 30). Seed: `EBBDB_CRASH_SEED`.
 
@@ -50,12 +53,25 @@ fn policy(name: &str) -> SyncPolicy {
     }
 }
 
-fn child_opts(sync: SyncPolicy) -> Options {
+fn child_opts(sync: SyncPolicy, per_shard: usize) -> Options {
     Options::default()
         .sync(sync)
         .segment_size(16 * 1024)
         .tick_interval(Duration::from_millis(20))
         .compaction_dead_ratio(0.3)
+        .open_shard_records(per_shard)
+}
+
+/// Records per key-directory shard at the opens of cycle `cycle`: every other pair of three
+/// cycles (one of each sync policy) opens with a few, so the child's open and the checks'
+/// build the key directory in shards side by side and file timers in ranges, as a large
+/// store's open does; the others with the default, under which this store stays in one shard.
+fn shard_records(cycle: u64) -> usize {
+    if (cycle / 3) % 2 == 1 {
+        2 + (cycle % 3) as usize
+    } else {
+        16_384
+    }
 }
 
 /// The child: writes until killed. Runs only when the parent starts it.
@@ -71,7 +87,11 @@ fn crash_child() {
         .unwrap_or(1);
     let mut rng = Rng(seed | 1);
     let sync = policy(&std::env::var("EBBDB_CRASH_SYNC").unwrap_or_default());
-    let db = Database::open_with(&dir, child_opts(sync)).expect("child open");
+    let per_shard = std::env::var("EBBDB_CRASH_SHARD_RECORDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16_384);
+    let db = Database::open_with(&dir, child_opts(sync, per_shard)).expect("child open");
     let store = db.store().clone();
     let ks = store
         .keyspace_or_create("ks", DefaultTtl::NeverExpire)
@@ -283,7 +303,10 @@ fn expired_later(
     let clock = ebbdb::clock::ManualClock::at_unix_secs(now_s() + LATER);
     let db = Database::open_with(
         copy.path(),
-        Options::default().sync(SyncPolicy::Never).clock(clock),
+        Options::default()
+            .sync(SyncPolicy::Never)
+            .clock(clock)
+            .open_shard_records(shard_records(cycle)),
     )?;
     let ks = db.store().keyspace("ks")?;
     for k in 0..KEYS {
@@ -330,6 +353,8 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
     let mut docs = BTreeMap::new();
     let mut default: i64 = -1;
     let mut acked_total = 0u64;
+    // Checks that opened the store in key-directory shards.
+    let mut sharded = 0u64;
     // Operations acknowledged since the last durable point: (op, started, acknowledged).
     let mut tail: Vec<(String, u64, u64)> = Vec::new();
     let names = ["always", "never", "periodic"];
@@ -346,6 +371,10 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             ])
             .env("EBBDB_CRASH_DIR", dir.path())
             .env("EBBDB_CRASH_SYNC", sync_name)
+            .env(
+                "EBBDB_CRASH_SHARD_RECORDS",
+                shard_records(cycle).to_string(),
+            )
             .env(
                 "EBBDB_CRASH_CHILD_SEED",
                 (seed ^ (cycle + 1).wrapping_mul(0x9E37)).to_string(),
@@ -407,7 +436,15 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
 
         // Verify: the store must equal the durable model plus some prefix of the operations
         // after it (the in-flight one last, if it is a write).
-        let db = Database::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
+        let db = Database::open_with(
+            dir.path(),
+            Options::default()
+                .sync(SyncPolicy::Never)
+                .open_shard_records(shard_records(cycle)),
+        )?;
+        if db.store().key_directory_shards("ks")? > 1 {
+            sharded += 1;
+        }
         let ks = db.store().keyspace("ks")?;
         let c = db.container("docs")?;
         // Each key's answer, with the seconds just before and after its read.
@@ -449,10 +486,12 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         }
         let Some(recovered) = matched else {
             panic!(
-                "cycle {cycle} ({sync_name}) seed {seed}: the store matches no prefix of the {} \
+                "cycle {cycle} ({sync_name}, {} records per shard) seed {seed}: the store matches \
+                 no prefix of the {} \
                  operations after the last durable point; store {got:?}, docs {got_docs:?}, \
                  durable model {state:?}, durable docs {docs:?}, default {default}, after it \
                  {tail:?}, in flight {pending:?}",
+                shard_records(cycle),
                 tail.len()
             );
         };
@@ -480,7 +519,14 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         drop((ks, c, db));
         expired_later(dir.path(), &state, &got, cycle, seed)?;
     }
-    eprintln!("crash loop: {cycles} cycles, {acked_total} acknowledged writes checked, 0 lost");
+    eprintln!(
+        "crash loop: {cycles} cycles ({sharded} checked in key-directory shards), \
+         {acked_total} acknowledged writes checked, 0 lost"
+    );
     assert!(acked_total > 0, "the child never acknowledged a write");
+    assert!(
+        cycles < 6 || sharded > 0,
+        "no check opened the store in key-directory shards"
+    );
     Ok(())
 }

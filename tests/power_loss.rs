@@ -325,7 +325,8 @@ impl Drop for Untrack<'_> {
     }
 }
 
-fn cycle(seed: u64) -> Result<(), String> {
+/// Runs one cycle; `Ok(true)` when the open after the crash split a key directory in shards.
+fn cycle(seed: u64) -> Result<bool, String> {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let sync = match seed % 3 {
         0 => SyncPolicy::Always,
@@ -333,14 +334,28 @@ fn cycle(seed: u64) -> Result<(), String> {
         _ => SyncPolicy::Periodic(Duration::from_millis(1)),
     };
     let power = seed % 4 != 3;
+    // Half the cycles open with a few records per key-directory shard, so every open (the
+    // workload's reopens and the one after the crash) builds its map in shards side by side
+    // and files its timers in ranges, as a large store does; the rest with the default, under
+    // which these small stores stay in one shard. Independent of the policy and power choices.
+    let per_shard = if (seed / 12).is_multiple_of(2) {
+        1 + (seed / 24) % 4
+    } else {
+        16_384
+    } as usize;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let clock = ManualClock::at_unix_secs(T0);
     let opts = Options::default()
         .clock(clock.clone())
         .sync(sync)
         .segment_size(2048 + 1024 * rng.below(6))
-        .compaction_dead_ratio(0.2 + 0.1 * rng.below(5) as f64);
-    let ctx = |what: &str| format!("seed {seed} ({sync:?}, power loss: {power}): {what}");
+        .compaction_dead_ratio(0.2 + 0.1 * rng.below(5) as f64)
+        .open_shard_records(per_shard);
+    let ctx = |what: &str| {
+        format!(
+            "seed {seed} ({sync:?}, power loss: {power}, {per_shard} records per shard): {what}"
+        )
+    };
     faults::track(dir.path()).map_err(|e| ctx(&e.to_string()))?;
     // Every way out of the cycle stops tracking (a power loss does it itself): a tracker left
     // behind keeps a handle on every file it recorded, and thousands of cycles ran out of
@@ -459,6 +474,14 @@ fn cycle(seed: u64) -> Result<(), String> {
             fsyncs,
         )));
     };
+    let mut sharded = false;
+    for name in NAMES {
+        sharded |= db
+            .store
+            .key_directory_shards(name)
+            .map_err(|e| ctx(&e.to_string()))?
+            > 1;
+    }
     // Compaction and another reopen keep exactly that state.
     db.store
         .compact_full()
@@ -471,7 +494,7 @@ fn cycle(seed: u64) -> Result<(), String> {
             "compaction after recovery changed the data (prefix {prefix})"
         )));
     }
-    Ok(())
+    Ok(sharded)
 }
 
 #[test]
@@ -485,12 +508,24 @@ fn power_loss_at_random_fsyncs_keeps_a_durable_prefix() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mut failures = Vec::new();
+    let mut sharded = 0;
     for i in 0..cycles {
-        if let Err(e) = cycle(base + i) {
-            failures.push(e);
+        match cycle(base + i) {
+            Ok(true) => sharded += 1,
+            Ok(false) => {}
+            Err(e) => failures.push(e),
         }
     }
-    println!("power loss: {cycles} cycles, {} failed", failures.len());
+    println!(
+        "power loss: {cycles} cycles ({sharded} reopened in key-directory shards), {} failed",
+        failures.len()
+    );
+    // Every 24 seeds hold 12 that open in small shards: most of those reopen a store of more
+    // than two shards' worth of records.
+    assert!(
+        cycles < 24 || sharded > 0,
+        "no cycle reopened its store in key-directory shards"
+    );
     assert!(
         failures.is_empty(),
         "{} of {cycles} cycles failed:\n{}",

@@ -29,6 +29,9 @@ pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
 pub(crate) use planned::{KeyspaceView, PlannedOp};
 pub(crate) use write::{next_id, Current, Existed};
 
+/// Records per key-directory shard at open (`Options::open_shard_records` in tests).
+pub(crate) const OPEN_SHARD_RECORDS: usize = recovery::SHARD_RECORDS;
+
 use crate::error::{Error, IoContext, Result};
 use crate::expiry::worker::{self, Message, WorkerHandle};
 use crate::expiry::ExpiryEvent;

@@ -38,6 +38,7 @@ pub(crate) const MAX_FILE_ID: u32 = 1 << 31;
 const LOADED_TOMBSTONE: u8 = 0x80;
 
 mod build;
+pub(crate) use build::SHARD_RECORDS;
 
 /// Bytes of one file the key directory points at, and the latest deadline among them.
 #[derive(Default)]
@@ -364,7 +365,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         let (map, mut found) = build::build(
             loader.take_runs(meta.id),
             &rules,
-            build::SHARD_RECORDS,
+            opts.open_shard_records,
             threads,
         );
         if found.deadlines.count > 0 {
@@ -393,7 +394,12 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             .collect();
         let maps: Vec<(u32, &crate::keydir::KeyMap)> =
             states.iter().map(|(id, st)| (*id, &st.map)).collect();
-        build::file_timers(&maps, &found_all.deadlines, threads)
+        build::file_timers(
+            &maps,
+            &found_all.deadlines,
+            threads,
+            opts.open_shard_records,
+        )
     };
 
     // Dead bytes per segment = total - bytes of entries the key directory points at.

@@ -24,7 +24,7 @@ use crate::ttl::{self, TtlChange};
 /// Measured at 1 M keys (RSS growth per key after open, open time): one shard 69.1 B, 127 ms;
 /// 65 k records per shard 78.7 B, 75 ms; 16 k 72.3 B, 71 ms; 4 k 71.1 B, 79 ms. Point reads
 /// were the same within noise (0.83-0.89 M/s) from one shard to 4 k records per shard.
-pub(super) const SHARD_RECORDS: usize = 1 << 14;
+pub(crate) const SHARD_RECORDS: usize = 1 << 14;
 /// At most this many shards (each costs a split key; a lookup searches them first, eight
 /// comparisons at most).
 const MAX_SHARDS: usize = 256;
@@ -145,7 +145,8 @@ type Job<'r> = (Option<Key>, Vec<&'r mut [(Key, Entry)]>);
 /// chunks freed after the join stayed in the allocator's arenas (RSS growth per key after
 /// opening 1 M keys with TTLs of 1 h to 1 day: 133.5 bytes inserted one by one, 196.5 joined).
 ///
-/// With `threads` above one and at least [`SHARD_RECORDS`] timers, the seconds are cut into up
+/// With `threads` above one and at least `ranged_from` timers ([`SHARD_RECORDS`] but in tests),
+/// the seconds are cut into up
 /// to that many ranges (8 at most) at quantiles of `sample` (seconds of some of the timers), so
 /// each range holds about as many timers; each is filed by its own thread walking every map
 /// for the timers in it, and the sets are joined (their seconds do not overlap). The first and
@@ -155,6 +156,7 @@ pub(super) fn file_timers(
     maps: &[(u32, &KeyMap)],
     deadlines: &Deadlines,
     threads: usize,
+    ranged_from: usize,
 ) -> Timers {
     let Deadlines {
         count,
@@ -162,7 +164,7 @@ pub(super) fn file_timers(
         ref sample,
     } = *deadlines;
     // The first second of every range but the first.
-    let cuts = if count >= SHARD_RECORDS && threads > 1 {
+    let cuts = if count >= ranged_from && threads > 1 {
         quantiles(sample.clone(), threads.min(8))
     } else {
         Vec::new()
@@ -413,7 +415,7 @@ mod tests {
             }
             assert_eq!(deadlines.count, 1_000);
             let mut out = Vec::new();
-            file_timers(&maps, &deadlines, 2).take(u64::MAX, usize::MAX, &mut out);
+            file_timers(&maps, &deadlines, 2, SHARD_RECORDS).take(u64::MAX, usize::MAX, &mut out);
             let mut got: Vec<(u64, u32, Key)> = out
                 .into_iter()
                 .map(|(at, t)| (at, t.keyspace, t.key))
@@ -463,11 +465,16 @@ mod tests {
             run.sort_by(super::super::record_order);
             let (map, acc) = build(vec![run], &rules, SHARD_RECORDS, 2);
             assert_eq!(acc.deadlines.count, 40_000);
-            let want = fired(&mut file_timers(&[(1, &map)], &acc.deadlines, 1));
+            let want = fired(&mut file_timers(
+                &[(1, &map)],
+                &acc.deadlines,
+                1,
+                SHARD_RECORDS,
+            ));
             assert_eq!(want.len(), 40_000);
             assert!(!acc.deadlines.sample.is_empty());
             for threads in [2, 3, 8] {
-                let mut got = file_timers(&[(1, &map)], &acc.deadlines, threads);
+                let mut got = file_timers(&[(1, &map)], &acc.deadlines, threads, SHARD_RECORDS);
                 assert_eq!(got.len(), 40_000);
                 assert_eq!(fired(&mut got), want, "shape {shape}, {threads} threads");
             }
@@ -565,7 +572,12 @@ mod tests {
             }
             let (want, want_acc) = build(runs.clone(), &rules, usize::MAX, 1);
             assert_eq!(want.shards(), 1);
-            let want_fired = fired(&mut file_timers(&[(3, &want)], &want_acc.deadlines, 1));
+            let want_fired = fired(&mut file_timers(
+                &[(3, &want)],
+                &want_acc.deadlines,
+                1,
+                SHARD_RECORDS,
+            ));
             // Each timer is its entry's: the key at the second the entry is armed for.
             let mut armed_pairs: Vec<(u64, Key)> = want
                 .iter()
@@ -616,7 +628,12 @@ mod tests {
                     (want_acc.deadlines.count, want_acc.deadlines.span)
                 );
                 assert_eq!(
-                    fired(&mut file_timers(&[(3, &got)], &acc.deadlines, threads)),
+                    fired(&mut file_timers(
+                        &[(3, &got)],
+                        &acc.deadlines,
+                        threads,
+                        per_shard
+                    )),
                     want_fired
                 );
             }
