@@ -124,6 +124,18 @@ fn main() -> ebbdb::Result<()> {
             "full scan (keys in order)               {}",
             rate(n, t.elapsed())
         );
+        let t = Instant::now();
+        let (mut scanned, mut bytes) = (0usize, 0usize);
+        let mut it = ks.iter();
+        while let Some(len) = it.next_with(|_, v| v.len()) {
+            bytes += len?;
+            scanned += 1;
+        }
+        assert_eq!((scanned, bytes), (n, n * value.len()));
+        println!(
+            "full scan, zero-copy (Iter::next_with)  {}",
+            rate(n, t.elapsed())
+        );
     }
 
     // Open (recovery) time with hints and without, and RSS per key.

@@ -74,6 +74,14 @@ fn check(ks: &Keyspace, model: &Model) -> ebbdb::Result<()> {
     let want = model.live();
     let got: BTreeMap<Vec<u8>, Vec<u8>> = ks.iter().collect::<ebbdb::Result<_>>()?;
     assert_eq!(got, want, "scan at now={}", model.now);
+    // The zero-copy scan sees the same pairs, in the same order.
+    let mut lent = Vec::new();
+    let mut it = ks.iter();
+    while let Some(pair) = it.next_with(|k, v| (k.to_vec(), v.to_vec())) {
+        lent.push(pair?);
+    }
+    let want_pairs: Vec<(Vec<u8>, Vec<u8>)> = want.clone().into_iter().collect();
+    assert_eq!(lent, want_pairs, "next_with scan at now={}", model.now);
     assert_eq!(ks.len()?, want.len(), "len");
     for k in 0..8u8 {
         assert_eq!(ks.get(key(k))?, want.get(&key(k)).cloned(), "get {k}");

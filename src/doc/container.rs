@@ -660,7 +660,7 @@ mod tests {
     fn flags(c: &Container) -> Vec<(Vec<u8>, bool)> {
         let mut it = c.keyspace().iter();
         let mut out = Vec::new();
-        while let Some(r) = it.next_with(|k, _, doc| (k.to_vec(), doc)) {
+        while let Some(r) = it.next_with_doc(|k, _, doc| (k.to_vec(), doc)) {
             out.push(r.expect("read"));
         }
         out

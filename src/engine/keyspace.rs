@@ -507,10 +507,40 @@ impl Drop for Iter {
 }
 
 impl Iter {
-    /// The next live pair, given to `f`: the value in place where the log is mapped, not
-    /// copied out (a query that keeps few of the items it reads copies only those), and
-    /// whether its record carries the `DOC` flag (false for a before-image).
-    pub(crate) fn next_with<R>(
+    /// Calls `f` with the next live pair without copying it out (see [`Keyspace::get_with`]):
+    /// the value is the segment's mapping itself where the record lies in a sealed segment or
+    /// the flushed part of the active one, and is copied once only from the unflushed tail or
+    /// a before-image. Returns its result, or `None` at the end. Items, order, expiry and batch
+    /// visibility are exactly those of [`Iterator::next`], which allocates two vectors per
+    /// pair; each value is checked (CRC, key) as [`Keyspace::get`] checks it.
+    ///
+    /// ```
+    /// use ebbdb::{DefaultTtl, Store};
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path())?;
+    /// let ks = store.create_keyspace("k", DefaultTtl::Off)?;
+    /// ks.put(b"a", b"one")?;
+    /// ks.put(b"b", b"three")?;
+    /// let (mut keys, mut bytes) = (0, 0);
+    /// let mut it = ks.iter();
+    /// while let Some(r) = it.next_with(|_key, value| value.len()) {
+    ///     bytes += r?;
+    ///     keys += 1;
+    /// }
+    /// assert_eq!((keys, bytes), (2, 8));
+    /// # Ok::<(), ebbdb::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Keyspace::get`]: a record that fails its checks.
+    pub fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> Option<Result<R>> {
+        self.next_with_doc(|k, v, _| f(k, v))
+    }
+
+    /// As [`Iter::next_with`], also telling `f` whether the record carries the `DOC` flag
+    /// (false for a before-image): a query that keeps few of the items it reads copies only
+    /// those.
+    pub(crate) fn next_with_doc<R>(
         &mut self,
         f: impl FnOnce(&[u8], &[u8], bool) -> R,
     ) -> Option<Result<R>> {
@@ -570,7 +600,7 @@ impl Iterator for Iter {
 
     fn next(&mut self) -> Option<Self::Item> {
         // A before-image's value is copied here rather than moved: such values are rare.
-        self.next_with(|k, v, _| (k.to_vec(), v.to_vec()))
+        self.next_with(|k, v| (k.to_vec(), v.to_vec()))
     }
 }
 

@@ -188,10 +188,11 @@ impl Engine for Ebb {
         Ok(self.store.write_batch(b)?)
     }
     fn scan(&self, f: &mut dyn FnMut(&[u8], &[u8])) -> Res<u64> {
+        // Zero-copy, as redb's guards and fjall's slices are: the pair is lent, not copied.
         let mut n = 0;
-        for item in self.ks.iter() {
-            let (k, v) = item?;
-            f(&k, &v);
+        let mut it = self.ks.iter();
+        while let Some(r) = it.next_with(|k, v| f(k, v)) {
+            r?;
             n += 1;
         }
         Ok(n)

@@ -147,7 +147,7 @@ impl Source for crate::engine::Iter {
         &mut self,
         f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>,
     ) -> Option<Result<R>> {
-        crate::engine::Iter::next_with(self, f).map(|r| r.and_then(|x| x))
+        crate::engine::Iter::next_with_doc(self, f).map(|r| r.and_then(|x| x))
     }
 }
 
