@@ -57,6 +57,74 @@ fn rss_per_key_after_open(dir: &std::path::Path, n: usize) -> ebbdb::Result<Stri
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Bytes of the regular files in `dir` (allocated or logical, whichever is smaller).
+fn dir_bytes(dir: &std::path::Path) -> ebbdb::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let meta = entry?.metadata()?;
+        if meta.is_file() {
+            total += meta.len().min(meta.blocks() * 512);
+        }
+    }
+    Ok(total)
+}
+
+/// Space after churn: `n` keys in batches of 1,000, then `n` more operations (half overwrites
+/// of existing keys, a quarter deletes, a quarter new keys); the directory's bytes over the
+/// live items' key and value bytes right after, after ten idle seconds (background upkeep
+/// only), and after `compact_full()`.
+fn space_after_churn(n: usize) -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
+    let ks = store.create_keyspace("bench", DefaultTtl::Off)?;
+    let key = |i: u64| {
+        let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ 0x5A5A;
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&x.to_be_bytes());
+        k[8..].copy_from_slice(&i.to_be_bytes());
+        k
+    };
+    let n = n as u64;
+    for chunk in 0..n.div_ceil(1_000) {
+        let mut batch = ebbdb::WriteBatch::new();
+        for i in chunk * 1_000..((chunk + 1) * 1_000).min(n) {
+            batch.put(&ks, key(i), [1u8; 100]);
+        }
+        store.write_batch(batch)?;
+    }
+    let (mut x, mut next) = (0x2545_F491_4F6C_DD1D_u64, n);
+    for _ in 0..n.div_ceil(1_000) {
+        let mut batch = ebbdb::WriteBatch::new();
+        for _ in 0..1_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 4 {
+                0 | 1 => batch.put(&ks, key(x % next), [2u8; 100]),
+                2 => batch.delete(&ks, key(x % next)),
+                _ => {
+                    next += 1;
+                    batch.put(&ks, key(next - 1), [3u8; 100])
+                }
+            };
+        }
+        store.write_batch(batch)?;
+    }
+    store.sync()?;
+    let user = |store: &Store| store.stats().live_items as f64 * 116.0;
+    let churned = dir_bytes(dir.path())? as f64 / user(&store);
+    std::thread::sleep(Duration::from_secs(10));
+    let idle = dir_bytes(dir.path())? as f64 / user(&store);
+    let merges = store.stats().merges;
+    store.compact_full()?;
+    let full = dir_bytes(dir.path())? as f64 / user(&store);
+    println!(
+        "space after churn, over live key+value bytes: {churned:.2}x; 10 s idle {idle:.2}x ({merges} merges); compact_full {full:.2}x"
+    );
+    Ok(())
+}
+
 fn main() -> ebbdb::Result<()> {
     if let Ok(dir) = std::env::var("EBBDB_RSS_CHILD") {
         let n = std::env::var("EBBDB_KEYS")
@@ -194,6 +262,8 @@ fn main() -> ebbdb::Result<()> {
         let per_key = rss_per_key_after_open(dir.path(), n)?;
         println!("RSS growth per key after that open      {per_key:>10} bytes (key bytes: 16)");
     }
+
+    space_after_churn(n)?;
 
     // Durable puts: 1 thread vs 4 threads (group commit).
     for threads in [1usize, 4] {

@@ -19,7 +19,14 @@ use crate::stats::{CompactionReport, SegStats};
 
 /// Runs the policy (or a full merge) now.
 pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
-    merge::run(inner, full)
+    merge::run(inner, full, false)
+}
+
+/// Runs the policy as for a store that has been idle for [`policy::IDLE_AFTER_SECS`]: it
+/// merges from half the usual dead share (`policy::dead_ratio_when`). The background worker's
+/// choice; an explicit `compact` keeps the usual share.
+pub(crate) fn run_idle(inner: &Inner) -> Result<CompactionReport> {
+    merge::run(inner, false, true)
 }
 
 /// When [`write_hint_for`] leaves a segment without a hint for now.

@@ -75,6 +75,26 @@ pub fn dying_soon(s: &SegStats, now: u64) -> bool {
         && now <= s.dies_by.saturating_add(REAP_GRACE_SECS)
 }
 
+/// How long no write may have come before the background worker counts the store as idle
+/// ([`dead_ratio_when`]).
+pub const IDLE_AFTER_SECS: u64 = 2;
+
+/// The dead share at which the background worker merges a segment: `dead_ratio` while writes
+/// come, half of it once the store has been idle for [`IDLE_AFTER_SECS`]. A store merges at
+/// half dead so that writers do not pay for rewriting segments that will die further anyway;
+/// when the writes stop, what is left just below that share would stay on disk for good (up
+/// to twice the live bytes), and merging it then takes nothing from a writer. Half: a
+/// segment left below it is at most a third larger than its live records (0.25 of it dead at
+/// the default 0.5).
+#[must_use]
+pub fn dead_ratio_when(dead_ratio: f64, idle: bool) -> f64 {
+    if idle {
+        dead_ratio / 2.0
+    } else {
+        dead_ratio
+    }
+}
+
 /// True when `s` holds expired bytes older than the reclamation-lag bound.
 fn overdue(s: &SegStats, now: u64, max_lag_secs: u64) -> bool {
     s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now
@@ -351,6 +371,21 @@ mod tests {
         assert_eq!(sel.merge, vec![2, 3, 5]);
         let full = select(&[1, 2, 3, 4, 5, 6], &m, 2000, &rules(0.5, 600, u64::MAX), true);
         assert_eq!(full.merge, vec![2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn an_idle_store_merges_at_half_the_dead_share() {
+        assert_eq!(dead_ratio_when(0.5, false), 0.5);
+        assert_eq!(dead_ratio_when(0.5, true), 0.25);
+        assert_eq!(dead_ratio_when(0.0, true), 0.0);
+        let mut m = HashMap::new();
+        m.insert(1, st(100, 48, 0, ttl::NEVER)); // just below the share writers merge at
+        m.insert(2, st(100, 25, 0, ttl::NEVER)); // at the idle share
+        m.insert(3, st(100, 24, 0, ttl::NEVER)); // below it
+        let busy = rules(dead_ratio_when(0.5, false), 600, u64::MAX);
+        assert!(select(&[1, 2, 3], &m, 2000, &busy, false).is_empty());
+        let idle = rules(dead_ratio_when(0.5, true), 600, u64::MAX);
+        assert_eq!(select(&[1, 2, 3], &m, 2000, &idle, false).merge, vec![1, 2]);
     }
 
     #[test]

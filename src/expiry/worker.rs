@@ -167,6 +167,10 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
             let mut last_sync = Instant::now();
             let mut compaction = Backoff::default();
             let mut next_tick = Instant::now() + tick;
+            // Write calls seen at the last tick, and since when that count has not moved: a
+            // store with no write for `IDLE_AFTER_SECS` is merged from a lower dead share.
+            let mut writes_seen = inner.appends.load(Ordering::Acquire);
+            let mut quiet_since = Instant::now();
             let run = |job: &mut dyn FnMut() -> Result<()>| {
                 record(&inner, catch_unwind(AssertUnwindSafe(job)))
             };
@@ -214,8 +218,20 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     // churn is mostly whole dead segments (dropped unread), so it runs every
                     // tick: reclaiming follows the reaper, which runs on its own thread.
                     // It backs off while merges keep failing.
+                    let writes = inner.appends.load(Ordering::Acquire);
+                    if writes != writes_seen {
+                        writes_seen = writes;
+                        quiet_since = Instant::now();
+                    }
+                    let idle = quiet_since.elapsed()
+                        >= Duration::from_secs(crate::compaction::policy::IDLE_AFTER_SECS);
                     if compaction.ready() {
-                        if run(&mut || crate::compaction::run(&inner, false).map(|_| ())) {
+                        let pass = if idle {
+                            crate::compaction::run_idle
+                        } else {
+                            |inner: &Inner| crate::compaction::run(inner, false)
+                        };
+                        if run(&mut || pass(&inner).map(|_| ())) {
                             compaction.succeeded();
                         } else {
                             compaction.failed();
