@@ -125,6 +125,61 @@ fn space_after_churn(n: usize) -> ebbdb::Result<()> {
     Ok(())
 }
 
+/// A default-TTL change on a keyspace of `n` keys (written without fsync, so the change's
+/// manifest fsync waits for them) while another thread puts to another keyspace: the longest
+/// change and the slowest put.
+fn ttl_change_stall(n: usize) -> ebbdb::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(dir.path(), Options::default().sync(SyncPolicy::Never))?;
+    let ks = store.create_keyspace("bench", DefaultTtl::Seconds(86_400))?;
+    let other = store.create_keyspace("other", DefaultTtl::Off)?;
+    for (i, chunk) in keys(n).chunks(1_000).enumerate() {
+        let mut batch = ebbdb::WriteBatch::new();
+        for k in chunk {
+            batch.put(&ks, k, [i as u8; 100]);
+        }
+        store.write_batch(batch)?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || -> ebbdb::Result<Duration> {
+            let mut slowest = Duration::ZERO;
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                other.put(i.to_be_bytes(), [9u8; 100])?;
+                slowest = slowest.max(t.elapsed());
+                i += 1;
+            }
+            Ok(slowest)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let mut longest = Duration::ZERO;
+    for d in [
+        DefaultTtl::Seconds(3_600),
+        DefaultTtl::NeverExpire,
+        DefaultTtl::Seconds(7_200),
+        DefaultTtl::Off,
+        DefaultTtl::Seconds(600),
+    ] {
+        let t = Instant::now();
+        ks.set_default_ttl(d)?;
+        longest = longest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let slowest = writer.join().map_err(|_| ebbdb::Error::Closed)??;
+    println!(
+        "default-TTL change, {n} keys: longest {:.1} ms; slowest put to another keyspace meanwhile {:.1} ms",
+        longest.as_secs_f64() * 1e3,
+        slowest.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
 fn main() -> ebbdb::Result<()> {
     if let Ok(dir) = std::env::var("EBBDB_RSS_CHILD") {
         let n = std::env::var("EBBDB_KEYS")
@@ -264,6 +319,7 @@ fn main() -> ebbdb::Result<()> {
     }
 
     space_after_churn(n)?;
+    ttl_change_stall(n)?;
 
     // Durable puts: 1 thread vs 4 threads (group commit).
     for threads in [1usize, 4] {
