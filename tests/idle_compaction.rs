@@ -1,6 +1,8 @@
 //! An idle store finishes compacting: segments left just below the dead share that writers
 //! merge at (0.5 by default) are merged once no write has come for two seconds, from half that
-//! share. Real clock (the background worker runs only with it), bounded waits.
+//! share; a store being written is never idle, whatever its sync policy; and an idle store
+//! does not merge its own outputs again (kept no-resurrection markers count as dead). Real
+//! clock (the background worker runs only with it), bounded waits.
 
 use std::time::{Duration, Instant};
 
@@ -70,5 +72,102 @@ fn an_idle_store_merges_what_writers_left_below_the_dead_share() -> ebbdb::Resul
         assert_eq!(ks.get(i.to_be_bytes())?, Some(want), "key {i}");
     }
     assert_eq!(ks.len()?, n as usize);
+    Ok(())
+}
+
+/// Leaves every sealed segment 40 % dead (below the share a busy store merges at), then writes
+/// fresh keys every 2 ms for `busy` and returns the merges run meanwhile.
+fn merges_while_writing(sync: SyncPolicy, busy: Duration) -> ebbdb::Result<u64> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(
+        dir.path(),
+        Options::default()
+            .sync(sync)
+            .segment_size(64 * 1024)
+            .tick_interval(Duration::from_millis(20)),
+    )?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    let fresh = store.create_keyspace("fresh", DefaultTtl::Off)?;
+    let n = 4_000u32;
+    for i in 0..n {
+        ks.put(i.to_be_bytes(), value(i, 1))?;
+    }
+    for i in (0..n).filter(|i| i % 5 < 2) {
+        ks.put(i.to_be_bytes(), value(i, 2))?;
+    }
+    let before = store.stats().merges;
+    let end = Instant::now() + busy;
+    let mut i = 0u32;
+    while Instant::now() < end {
+        fresh.put(i.to_be_bytes(), [7u8; 20])?;
+        i += 1;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(store.stats().merges - before)
+}
+
+/// Found by a review: the idle check read a counter of write calls kept only under
+/// `SyncPolicy::Always`, so under `Never` and `Periodic` a store being written counted as idle
+/// two seconds after open, for good.
+#[test]
+fn a_store_being_written_is_not_idle_under_any_sync_policy() -> ebbdb::Result<()> {
+    for sync in [
+        SyncPolicy::Always,
+        SyncPolicy::Never,
+        SyncPolicy::Periodic(Duration::from_millis(50)),
+    ] {
+        let merged = merges_while_writing(sync, Duration::from_secs(4))?;
+        assert_eq!(
+            merged, 0,
+            "{sync:?}: writes every 2 ms, yet 40 %-dead segments were merged at the idle share"
+        );
+    }
+    Ok(())
+}
+
+/// Found by a review: a merge keeps a tombstone as a marker while an older segment may hold
+/// the version it deletes, and counts it dead; at the idle share an output of such markers
+/// qualified again at once, and an idle store merged it every tick for good. Only segments
+/// there when the writes stopped get the idle share.
+#[test]
+fn an_idle_store_does_not_merge_its_own_outputs_again() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_with(
+        dir.path(),
+        Options::default()
+            .sync(SyncPolicy::Always)
+            .segment_size(64 * 1024)
+            .tick_interval(Duration::from_millis(20)),
+    )?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    let n = 2_000u32;
+    for i in 0..n {
+        ks.put(i.to_be_bytes(), value(i, 1))?;
+    }
+    store.compact_full()?;
+    // Tombstones for one key in twenty: the segment holding them is mostly markers that
+    // must stay while the compacted segment holds the puts they delete.
+    for i in (0..n).step_by(20) {
+        ks.delete(i.to_be_bytes())?;
+    }
+    for i in 0..40u32 {
+        ks.put((n + i).to_be_bytes(), [3u8; 60])?;
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    let settled = store.stats().merges;
+    std::thread::sleep(Duration::from_secs(3));
+    let later = store.stats().merges - settled;
+    assert!(
+        later <= 1,
+        "an idle store with nothing new to reclaim ran {later} merges in 3 s: {:?}",
+        store.stats().per_segment
+    );
+    for i in 0..n {
+        assert_eq!(
+            ks.get(i.to_be_bytes())?,
+            (i % 20 != 0).then(|| value(i, 1)),
+            "key {i}"
+        );
+    }
     Ok(())
 }

@@ -463,7 +463,7 @@ fn crash_here(inner: &Inner, at: CrashPoint) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn run(inner: &Inner, full: bool, idle: bool) -> Result<CompactionReport> {
+pub(crate) fn run(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<CompactionReport> {
     let _one_at_a_time = inner.merge_lock.lock();
     inner.check_writable()?;
     // 1. Choose, then check the inputs; under Salvage a damaged input is set aside for good
@@ -476,7 +476,7 @@ pub(crate) fn run(inner: &Inner, full: bool, idle: bool) -> Result<CompactionRep
         clean,
         dropped,
     } = loop {
-        let Some(chosen) = choose(inner, full, idle)? else {
+        let Some(chosen) = choose(inner, full, idle_below)? else {
             return Ok(CompactionReport::default());
         };
         if check_inputs(inner, &chosen.inputs)? {
@@ -768,7 +768,7 @@ struct Chosen {
 
 /// Step 1: under the log mutex, picks the segments (never a damaged one: its unreadable bytes
 /// cannot be proven dead) and takes `snapshot_seq` and `outside_min`.
-fn choose(inner: &Inner, full: bool, idle: bool) -> Result<Option<Chosen>> {
+fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<Chosen>> {
     // A segment that died whole may go before the reaper frees its keys, unless someone
     // subscribed to expiry events: after a crash, those keys would be gone from disk without
     // their events (taken before the log mutex: the subscriber list is a leaf lock).
@@ -777,7 +777,11 @@ fn choose(inner: &Inner, full: bool, idle: bool) -> Result<Option<Chosen>> {
     let now = inner.now_s();
     // An active segment that is mostly dead (and not tiny) is sealed so the policy can
     // reclaim it too; otherwise expired data in a slow-growing log would wait for rotation.
-    let dead_ratio = policy::dead_ratio_when(inner.opts.compaction_dead_ratio, idle);
+    let active_id = log.active.id();
+    let active_ratio = policy::dead_ratio_when(
+        inner.opts.compaction_dead_ratio,
+        idle_below.is_some_and(|below| active_id < below),
+    );
     let active = log
         .segstats
         .get(&log.active.id())
@@ -785,7 +789,7 @@ fn choose(inner: &Inner, full: bool, idle: bool) -> Result<Option<Chosen>> {
         .unwrap_or_default();
     if active.total >= inner.opts.segment_size / 16
         && active.dead > 0
-        && active.dead_share() >= dead_ratio
+        && active.dead_share() >= active_ratio
     {
         inner.rotate(&mut log)?;
     }
@@ -799,11 +803,12 @@ fn choose(inner: &Inner, full: bool, idle: bool) -> Result<Option<Chosen>> {
         .filter(|id| set.sealed.get(id).is_some_and(|s| !s.is_damaged()))
         .collect();
     let rules = policy::Rules {
-        dead_ratio,
+        dead_ratio: inner.opts.compaction_dead_ratio,
         max_lag_secs: inner.opts.max_reclaim_lag.as_secs(),
         max_merge_bytes: MERGE_INPUT_SEGMENTS.saturating_mul(inner.opts.segment_size),
         // Read under the log mutex, which a default-TTL change holds while it bumps the epoch.
         early_drop: early_drop.then(|| inner.ttl_epoch.load(Ordering::Acquire)),
+        idle_below,
     };
     let sel = policy::select(&candidates, &log.segstats, now, &rules, full);
     if sel.is_empty() {

@@ -19,14 +19,16 @@ use crate::stats::{CompactionReport, SegStats};
 
 /// Runs the policy (or a full merge) now.
 pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
-    merge::run(inner, full, false)
+    merge::run(inner, full, None)
 }
 
-/// Runs the policy as for a store that has been idle for [`policy::IDLE_AFTER_SECS`]: it
-/// merges from half the usual dead share (`policy::dead_ratio_when`). The background worker's
-/// choice; an explicit `compact` keeps the usual share.
-pub(crate) fn run_idle(inner: &Inner) -> Result<CompactionReport> {
-    merge::run(inner, false, true)
+/// Runs the policy as for a store that has been idle for [`policy::IDLE_AFTER_SECS`]: the
+/// segments with an id below `idle_below` (those there when the writes stopped) are merged
+/// from half the usual dead share (`policy::dead_ratio_when`), the later ones (this idle
+/// period's outputs) from the usual one. The background worker's choice; an explicit
+/// `compact` keeps the usual share.
+pub(crate) fn run_idle(inner: &Inner, idle_below: u32) -> Result<CompactionReport> {
+    merge::run(inner, false, Some(idle_below))
 }
 
 /// When [`write_hint_for`] leaves a segment without a hint for now.

@@ -114,6 +114,11 @@ pub struct Rules {
     /// segment's `dies_by` must have been computed in. `None` when the reaper must go first
     /// (an expiry subscriber needs every event to survive a crash).
     pub early_drop: Option<u64>,
+    /// `Some(id)` while the store is idle: segments with a lower id, written before the
+    /// writes stopped, are merged from [`dead_ratio_when`]`(dead_ratio, true)`. Segments
+    /// created since (this idle period's merge outputs) keep the usual share, so an output
+    /// whose kept no-resurrection markers count as dead is not merged again and again.
+    pub idle_below: Option<u32>,
 }
 
 /// True when every record of `s` still counted live has expired at `now` by its `dies_by`,
@@ -148,10 +153,12 @@ pub fn select(
         max_lag_secs,
         max_merge_bytes,
         early_drop,
+        idle_below,
     } = *rules;
     let mut sel = Selection::default();
     for &id in sealed {
         let s = stats.get(&id).copied().unwrap_or_default();
+        let dead_ratio = dead_ratio_when(dead_ratio, idle_below.is_some_and(|below| id < below));
         let overdue = overdue(&s, now, max_lag_secs);
         let reaped = s.dead >= s.total && s.shadowing == 0;
         if reaped || early_drop.is_some_and(|epoch| dead_whole(&s, now, epoch)) {
@@ -231,6 +238,7 @@ mod tests {
             max_lag_secs,
             max_merge_bytes,
             early_drop: None,
+            idle_below: None,
         }
     }
 
@@ -284,6 +292,7 @@ mod tests {
         let ids = [1, 2, 3, 4, 5, 6, 7];
         let early = Rules {
             early_drop: Some(epoch),
+            idle_below: None,
             ..rules(0.5, 600, u64::MAX)
         };
         assert_eq!(select(&ids, &m, now, &early, false).drop, vec![1, 2]);
@@ -382,10 +391,17 @@ mod tests {
         m.insert(1, st(100, 48, 0, ttl::NEVER)); // just below the share writers merge at
         m.insert(2, st(100, 25, 0, ttl::NEVER)); // at the idle share
         m.insert(3, st(100, 24, 0, ttl::NEVER)); // below it
-        let busy = rules(dead_ratio_when(0.5, false), 600, u64::MAX);
-        assert!(select(&[1, 2, 3], &m, 2000, &busy, false).is_empty());
-        let idle = rules(dead_ratio_when(0.5, true), 600, u64::MAX);
-        assert_eq!(select(&[1, 2, 3], &m, 2000, &idle, false).merge, vec![1, 2]);
+        m.insert(4, st(100, 48, 0, ttl::NEVER)); // written since the store went idle
+        let busy = rules(0.5, 600, u64::MAX);
+        assert!(select(&[1, 2, 3, 4], &m, 2000, &busy, false).is_empty());
+        let idle = Rules {
+            idle_below: Some(4),
+            ..rules(0.5, 600, u64::MAX)
+        };
+        assert_eq!(
+            select(&[1, 2, 3, 4], &m, 2000, &idle, false).merge,
+            vec![1, 2]
+        );
     }
 
     #[test]

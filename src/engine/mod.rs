@@ -124,9 +124,10 @@ pub(crate) struct Inner {
     pub(crate) catalog: RwLock<Catalog>,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
-    /// Writes appended under `SyncPolicy::Always` (counted under the log mutex): a group
-    /// commit's leader waits a moment for as many as the last fsync covered
-    /// ([`Inner::gather`]).
+    /// Write calls appended (counted under the log mutex, under every sync policy): under
+    /// `SyncPolicy::Always` a group commit's leader waits a moment for as many as the last
+    /// fsync covered ([`Inner::gather`]); the upkeep worker counts a store idle once it has not
+    /// moved for `policy::IDLE_AFTER_SECS`.
     pub(crate) appends: AtomicU64,
     pub(crate) poisoned: AtomicBool,
     closed: AtomicBool,

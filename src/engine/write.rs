@@ -527,9 +527,7 @@ impl Inner {
             }
             drop(guards);
             log.appended += total as u64;
-            if matches!(self.opts.sync, SyncPolicy::Always) {
-                self.appends.fetch_add(1, Ordering::AcqRel);
-            }
+            self.appends.fetch_add(1, Ordering::AcqRel);
             log.segstats.entry(file).or_default().add(&added);
             for (f, bytes) in dead {
                 if let Some(s) = log.segstats.get_mut(&f) {

@@ -168,9 +168,12 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
             let mut compaction = Backoff::default();
             let mut next_tick = Instant::now() + tick;
             // Write calls seen at the last tick, and since when that count has not moved: a
-            // store with no write for `IDLE_AFTER_SECS` is merged from a lower dead share.
+            // store with no write for `IDLE_AFTER_SECS` is merged from a lower dead share, the
+            // segments that were there when it went idle (ids below `idle_below`, read once per
+            // quiet period) only.
             let mut writes_seen = inner.appends.load(Ordering::Acquire);
             let mut quiet_since = Instant::now();
+            let mut idle_below: Option<u32> = None;
             let run = |job: &mut dyn FnMut() -> Result<()>| {
                 record(&inner, catch_unwind(AssertUnwindSafe(job)))
             };
@@ -222,16 +225,19 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     if writes != writes_seen {
                         writes_seen = writes;
                         quiet_since = Instant::now();
+                        idle_below = None;
+                    } else if idle_below.is_none()
+                        && quiet_since.elapsed()
+                            >= Duration::from_secs(crate::compaction::policy::IDLE_AFTER_SECS)
+                    {
+                        idle_below = Some(inner.log.lock().manifest.next_file_id);
                     }
-                    let idle = quiet_since.elapsed()
-                        >= Duration::from_secs(crate::compaction::policy::IDLE_AFTER_SECS);
                     if compaction.ready() {
-                        let pass = if idle {
-                            crate::compaction::run_idle
-                        } else {
-                            |inner: &Inner| crate::compaction::run(inner, false)
+                        let pass = || match idle_below {
+                            Some(below) => crate::compaction::run_idle(&inner, below),
+                            None => crate::compaction::run(&inner, false),
                         };
-                        if run(&mut || pass(&inner).map(|_| ())) {
+                        if run(&mut || pass().map(|_| ())) {
                             compaction.succeeded();
                         } else {
                             compaction.failed();
