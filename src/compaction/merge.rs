@@ -258,6 +258,8 @@ struct Copying<'a, 'r> {
     inner: &'a Inner,
     now: u64,
     outside_min: u64,
+    /// Expiries after this second may not have been reported yet ([`Chosen`]).
+    unreported_after: u64,
     outputs: Outputs<'a>,
     copies: Vec<Copy>,
     /// Per input: nothing in it was replaced when the merge began ([`decide`]).
@@ -296,7 +298,14 @@ impl Copying<'_, '_> {
             let clean = self.clean[input];
             for (slot, (off, _, rec)) in decided.iter_mut().zip(pending.iter()) {
                 if rec.meta.keyspace == ks_id {
-                    let d = decide(&st, seg.id, *off, rec, self.now, self.outside_min, clean);
+                    let d = decide(
+                        &st,
+                        seg.id,
+                        *off,
+                        rec,
+                        (self.now, self.outside_min, self.unreported_after),
+                        clean,
+                    );
                     // A clean segment's copy names a version the key directory still points
                     // at, or one replaced since the merge began (or since freed as expired).
                     debug_assert!(
@@ -384,15 +393,16 @@ impl Copying<'_, '_> {
 /// What happens to a record at `off` of segment `file`, and, when it is copied, its deadline.
 /// `clean`: nothing in the segment was replaced when the merge began
 /// ([`SegStats::replaced`](crate::stats::SegStats) was 0 under the log mutex).
+/// `bounds` is the merge's `(now, outside_min, unreported_after)`.
 fn decide(
     st: &KeyspaceState,
     file: u32,
     off: u32,
     rec: &Record<'_>,
-    now: u64,
-    outside_min: u64,
+    bounds: (u64, u64, u64),
     clean: bool,
 ) -> (Decision, u64) {
+    let (now, outside_min, unreported_after) = bounds;
     let droppable_unlooked = rec.meta.flags & FLAG_SHADOWS == 0 || outside_min > rec.meta.seq;
     if rec.meta.kind == Kind::Put && (clean || droppable_unlooked) {
         let at = ttl::expires_at(
@@ -411,31 +421,38 @@ fn decide(
             if clean {
                 return (Decision::Copy, at);
             }
-        } else if droppable_unlooked {
+        } else if droppable_unlooked && at <= unreported_after {
             // A put expired by its own metadata is dead whatever the key directory says (an
             // entry naming it has the same deadline, and expiry is final), so when the
             // no-resurrection rule lets it go without a lookup (no SHADOWS flag, or nothing
-            // older outside the merge) none is made.
+            // older outside the merge) and its expiry was reported (or no one listens) none is
+            // made.
             return (Decision::Drop, ttl::NEVER);
         }
     }
-    decide_by_lookup(st, file, off, rec, now, outside_min)
+    decide_by_lookup(st, file, off, rec, bounds)
 }
 
 /// The decision taken from the key directory: copy the live version it names, drop a dead
 /// record that cannot bring an older version back, or replace it with a marker (the
-/// no-resurrection rule, module docs and DESIGN.md section 6).
+/// no-resurrection rule, module docs and DESIGN.md section 6). An expired version it still
+/// names whose deadline is after `unreported_after` is copied too: its expiry event may not
+/// have gone out yet, and the next open reports it only if the record is still on disk
+/// (DESIGN.md section 11).
 fn decide_by_lookup(
     st: &KeyspaceState,
     file: u32,
     off: u32,
     rec: &Record<'_>,
-    now: u64,
-    outside_min: u64,
+    (now, outside_min, unreported_after): (u64, u64, u64),
 ) -> (Decision, u64) {
     let current = st.get(rec.key);
-    let live = rec.meta.kind == Kind::Put
-        && current.is_some_and(|e| e.file == file && e.offset == off && st.is_live(e, now));
+    let named = rec.meta.kind == Kind::Put
+        && current.is_some_and(|e| e.file == file && e.offset == off);
+    let live = named
+        && current.is_some_and(|e| {
+            st.is_live(e, now) || st.expires_at(e) > unreported_after
+        });
     let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
     let hidden_by_newer =
         current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
@@ -472,6 +489,7 @@ pub(crate) fn run(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<
         now,
         snapshot_seq,
         outside_min,
+        unreported_after,
         inputs,
         clean,
         dropped,
@@ -505,6 +523,7 @@ pub(crate) fn run(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<
         inner,
         now,
         outside_min,
+        unreported_after,
         outputs,
         copies: Vec::new(),
         clean,
@@ -760,6 +779,11 @@ struct Chosen {
     now: u64,
     snapshot_seq: u64,
     outside_min: u64,
+    /// With an expiry subscriber, the second through which expiries were reported when the
+    /// merge began (`reaped_upto`; it only grows, so an older value only keeps more): an
+    /// expired put the key directory still names with a later deadline is copied, not
+    /// dropped, until the reaper reports it. `u64::MAX` without one (as for `early_drop`).
+    unreported_after: u64,
     inputs: Vec<Arc<Segment>>,
     /// Per input: its `replaced` count was 0 (read with `snapshot_seq`, under the log mutex).
     clean: Vec<bool>,
@@ -773,6 +797,11 @@ fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<C
     // subscribed to expiry events: after a crash, those keys would be gone from disk without
     // their events (taken before the log mutex: the subscriber list is a leaf lock).
     let early_drop = !inner.has_subscribers();
+    let unreported_after = if early_drop {
+        u64::MAX
+    } else {
+        inner.expiry.lock().reaped_upto
+    };
     let mut log = inner.log.lock();
     let now = inner.now_s();
     // An active segment that is mostly dead (and not tiny) is sealed so the policy can
@@ -837,6 +866,7 @@ fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<C
         now,
         snapshot_seq: log.next_seq,
         outside_min,
+        unreported_after,
         inputs,
         clean,
         dropped: pick(&sel.drop),
@@ -959,14 +989,17 @@ mod tests {
             }
             let now = next(120);
             let outside_min = next(80);
-            let a = code(&decide_by_lookup(&st, file, off, &rec, now, outside_min));
-            let b = code(&decide(&st, file, off, &rec, now, outside_min, false));
+            // Expiries reported through a random second, or no one listening.
+            let unreported_after = if next(2) == 0 { u64::MAX } else { next(120) };
+            let bounds = (now, outside_min, unreported_after);
+            let a = code(&decide_by_lookup(&st, file, off, &rec, bounds));
+            let b = code(&decide(&st, file, off, &rec, bounds, false));
             assert_eq!(a, b, "rec {meta:?} st {st:?} now {now} outside_min {outside_min}");
             // Without any lookup in a clean segment: the same decision whenever the key
             // directory names the record, as it does for every unexpired put of such a
             // segment (the debug assertion in `settle` checks that in every merge).
             if names_it {
-                let c = code(&decide(&st, file, off, &rec, now, outside_min, true));
+                let c = code(&decide(&st, file, off, &rec, bounds, true));
                 assert_eq!(a, c, "clean: rec {meta:?} st {st:?} now {now}");
                 clean_checked += 1;
             }
