@@ -730,7 +730,8 @@ impl Inner {
     }
 
     /// Stops time at the current instant until the returned fence is dropped; see
-    /// [`TimeFence`]. Only one fence at a time: the caller holds the log mutex.
+    /// [`TimeFence`]. Only one fence at a time: the caller (a default-TTL change) holds the
+    /// manifest lock until its fence drops.
     pub(crate) fn raise_time_fence(&self) -> TimeFence<'_> {
         // The clock is the caller's code and may panic: read it before anything is pending.
         let clock = self.opts.clock.now_unix_millis();

@@ -160,8 +160,9 @@ impl Inner {
         self.rotations_stored(taken)
     }
 
-    /// [`Inner::store_listing`] for a merge publish, which holds the manifest lock but not
-    /// the log mutex: if the manifest is not stored, `taken` goes back to `log.pending`.
+    /// [`Inner::store_listing`] for a merge publish, a default-TTL change or a keyspace's
+    /// creation, which hold the manifest lock but not the log mutex: if the manifest is not
+    /// stored, `taken` goes back to `log.pending`.
     pub(crate) fn store_manifest_with(
         &self,
         manifest: &crate::log::manifest::Manifest,
@@ -171,9 +172,10 @@ impl Inner {
             .inspect_err(|_| self.rotations_not_stored(&mut self.log.lock(), taken))
     }
 
-    /// [`Inner::store_listing`] for a catalogue change, which holds the manifest lock and the
-    /// log mutex (see [`Inner::lock_for_manifest`]): the rotations not stored yet are fsynced
-    /// under the log mutex, which is rare (`lock_for_manifest` committed them just before).
+    /// [`Inner::store_listing`] for a keyspace's deletion, which holds the manifest lock and
+    /// the log mutex (see [`Inner::lock_for_manifest`]): the rotations not stored yet are
+    /// fsynced under the log mutex, which is rare (`lock_for_manifest` committed them just
+    /// before).
     pub(crate) fn replace_manifest(
         &self,
         log: &mut LogState,

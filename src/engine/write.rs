@@ -648,25 +648,40 @@ impl Inner {
         check_default(default)?;
         self.check_writable()?;
         let now = self.now_s();
-        let (_manifest, mut log) = self.lock_for_manifest()?;
+        // The manifest lock is held throughout (no other catalogue change in between); the
+        // log mutex only to copy the manifest and to apply the change to it after the store,
+        // whose fsyncs run without it (writers to other keyspaces go on; rotations in between
+        // only add to `log.manifest`), as a merge's publish does. Nothing can write to the
+        // new keyspace before it is in the catalogue.
+        let _manifest = self.lock_manifest()?;
         if self.catalog.read().by_name.contains_key(name) {
             return Err(Error::Conflict(format!("keyspace '{name}' already exists")));
         }
-        let id = log.manifest.next_keyspace_id;
         let history = vec![TtlChange {
             since: now,
             default,
         }];
-        let mut manifest = log.manifest.clone();
-        manifest.next_keyspace_id = next_id(id)?;
-        manifest.next_seq = log.next_seq;
-        manifest.keyspaces.push(KeyspaceMeta {
-            id,
-            name: name.to_string(),
-            history: history.clone(),
-        });
-        self.replace_manifest(&mut log, &manifest)?;
-        log.manifest = manifest;
+        let (id, next) = {
+            let id = self.log.lock().manifest.next_keyspace_id;
+            (id, next_id(id)?)
+        };
+        let add = |m: &mut crate::log::manifest::Manifest| {
+            m.next_keyspace_id = next;
+            m.keyspaces.push(KeyspaceMeta {
+                id,
+                name: name.to_string(),
+                history: history.clone(),
+            });
+        };
+        let (manifest, taken) = {
+            let mut log = self.log.lock();
+            let mut manifest = log.manifest.clone();
+            add(&mut manifest);
+            manifest.next_seq = log.next_seq;
+            (manifest, std::mem::take(&mut log.pending))
+        };
+        self.store_manifest_with(&manifest, taken)?;
+        add(&mut self.log.lock().manifest);
         let core = Arc::new(KeyspaceCore {
             id,
             name: name.to_string(),
@@ -719,6 +734,12 @@ impl Inner {
     }
 
     /// Changes a keyspace's default TTL from now on, durably, and re-times inheriting items.
+    ///
+    /// The manifest lock is held throughout (no other manifest replacement, so no other
+    /// change and no second time fence, can come in between); the log mutex only while the
+    /// new manifest is built and while the new history is installed. The manifest's fsyncs run
+    /// without it, as a merge's publish does: writers to every keyspace go on meanwhile,
+    /// stamped at the fence instant (DESIGN.md §4.3).
     pub(crate) fn set_default_ttl(
         &self,
         ks: &Arc<KeyspaceCore>,
@@ -729,46 +750,72 @@ impl Inner {
         if ks.dropped.load(Ordering::Acquire) {
             return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
         }
-        let (_manifest, mut log) = self.lock_for_manifest()?;
-        // Again under the log mutex, which a concurrent `delete_keyspace` holds.
-        if ks.dropped.load(Ordering::Acquire) {
-            return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
-        }
-        // `since` is taken under the log mutex with time stopped until the new history is
-        // installed (the fence drops at the end of this function, after `st` is written).
-        let fence = self.raise_time_fence();
-        let now = fence.at / 1000;
-        let mut history = ks.state.read().history.clone();
-        if history.last().is_some_and(|c| c.since > now) {
-            // Cannot happen (`now` never goes back and every `since` was a `now`), but a
-            // history out of order would break `expires_at`: refuse rather than corrupt it.
-            return Err(Error::Corruption {
-                file: self.dir.join("MANIFEST"),
-                offset: 0,
-                reason: format!("default-TTL history of '{}' is ahead of the clock", ks.name),
+        let _manifest = self.lock_manifest()?;
+        let (fence, before, history, manifest, taken) = {
+            let mut log = self.log.lock();
+            // Again now: `delete_keyspace` holds the manifest lock while it drops one.
+            if ks.dropped.load(Ordering::Acquire) {
+                return Err(Error::NotFound(format!("keyspace '{}'", ks.name)));
+            }
+            // `since` is taken with time stopped until the new history is installed and the
+            // items it moved earlier are re-timed (the fence drops after that).
+            let fence = self.raise_time_fence();
+            let now = fence.at / 1000;
+            let before = ks.state.read().history.clone();
+            if before.last().is_some_and(|c| c.since > now) {
+                // Cannot happen (`now` never goes back and every `since` was a `now`), but a
+                // history out of order would break `expires_at`: refuse rather than corrupt
+                // it.
+                return Err(Error::Corruption {
+                    file: self.dir.join("MANIFEST"),
+                    offset: 0,
+                    reason: format!("default-TTL history of '{}' is ahead of the clock", ks.name),
+                });
+            }
+            let mut history = before.clone();
+            history.push(TtlChange {
+                since: now,
+                default,
             });
-        }
-        history.push(TtlChange {
-            since: now,
-            default,
-        });
-        let mut manifest = log.manifest.clone();
-        if let Some(m) = manifest.keyspaces.iter_mut().find(|m| m.id == ks.id) {
-            m.history.clone_from(&history);
-        }
-        manifest.next_seq = log.next_seq;
-        self.replace_manifest(&mut log, &manifest)?;
-        log.manifest = manifest;
-        let mut st = ks.state.write();
-        let before = std::mem::replace(&mut st.history, history);
-        // After the new history is in place (and before anyone can read it: `st` and the log
-        // mutex are held): a `dies_by` computed in the new epoch used the new history.
-        self.ttl_epoch.fetch_add(1, Ordering::AcqRel);
+            let mut manifest = log.manifest.clone();
+            if let Some(m) = manifest.keyspaces.iter_mut().find(|m| m.id == ks.id) {
+                m.history.clone_from(&history);
+            }
+            manifest.next_seq = log.next_seq;
+            (
+                fence,
+                before,
+                history,
+                manifest,
+                std::mem::take(&mut log.pending),
+            )
+        };
+        self.store_manifest_with(&manifest, taken)?;
+        // Installed under the log mutex and the keyspace's write lock together, as the epoch
+        // is bumped: a write computes its deadlines (`dies_by`) with one history and tags
+        // them with that history's epoch. Rotations since the copy only added to
+        // `log.manifest`.
+        let mut guard = {
+            let mut log = self.log.lock();
+            if let Some(m) = log.manifest.keyspaces.iter_mut().find(|m| m.id == ks.id) {
+                m.history.clone_from(&history);
+            }
+            let mut st = ks.state.write();
+            st.history = history;
+            // After the new history is in place (and before anyone can read it: `st` and the
+            // log mutex are held): a `dies_by` computed in the new epoch used the new history.
+            self.ttl_epoch.fetch_add(1, Ordering::AcqRel);
+            st
+        };
         // Re-time: file a timer for every item whose deadline moved earlier than its armed
         // timer (the one it had goes stale). Timers that now fire early (deadline moved later)
         // are re-armed by the reaper; timers of items that can no longer expire are disarmed
-        // when they fire. See DESIGN.md "Re-timing".
-        let st = &mut *st;
+        // when they fire. See DESIGN.md "Re-timing". Under the keyspace's write lock (kept
+        // from the install on) and the expiry lock, but not the log mutex: writes to other
+        // keyspaces go on (those filing timers wait for the expiry lock). The fence is still
+        // up, so no reaper pass can complete past `since` before this walk has filed or
+        // handled what it must.
+        let st = &mut *guard;
         let want_events = self.has_subscribers();
         let mut ex = self.expiry.lock();
         // Items whose new deadline a completed reaper pass has already passed (`reaped_upto`,
@@ -798,6 +845,9 @@ impl Inner {
             }
         }
         let mut events = Vec::new();
+        // Per freed item: its file, record length and deadline, counted dead once the log
+        // mutex is taken (after the keyspace lock, in the lock order).
+        let mut freed: Vec<(u32, u64, u64)> = Vec::new();
         for (key, at) in &due_now {
             let Some(e) = st.remove(key) else {
                 continue;
@@ -807,10 +857,7 @@ impl Inner {
             if e.armed != ttl::NEVER {
                 ex.stale += 1;
             }
-            if let Some(s) = log.segstats.get_mut(&e.file) {
-                s.dead += u64::from(e.len);
-                s.note_expired(u64::from(e.len), *at);
-            }
+            freed.push((e.file, u64::from(e.len), *at));
             if want_events {
                 events.push(crate::expiry::ExpiryEvent {
                     keyspace: ks.name.clone(),
@@ -820,8 +867,17 @@ impl Inner {
             }
         }
         drop(ex);
+        drop(guard);
         drop(fence);
-        drop(log);
+        if !freed.is_empty() {
+            let mut log = self.log.lock();
+            for (file, len, at) in freed {
+                if let Some(s) = log.segstats.get_mut(&file) {
+                    s.dead += len;
+                    s.note_expired(len, at);
+                }
+            }
+        }
         self.expirations
             .fetch_add(due_now.len() as u64, Ordering::Relaxed);
         self.publish_expirations(&events);
