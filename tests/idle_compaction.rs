@@ -14,6 +14,30 @@ fn value(i: u32, generation: u8) -> Vec<u8> {
     v
 }
 
+/// A store in `dir` with 64 KiB segments and a 20 ms tick, under `sync`.
+fn open(dir: &std::path::Path, sync: SyncPolicy) -> ebbdb::Result<Store> {
+    Store::open_with(
+        dir,
+        Options::default()
+            .sync(sync)
+            .segment_size(64 * 1024)
+            .tick_interval(Duration::from_millis(20)),
+    )
+}
+
+/// Writes keys 0..4,000 to `ks`, then rewrites two in five: every segment of the first pass
+/// ends 40 % dead, below the share a merge needs while writes come. Returns the key count.
+fn churn(ks: &ebbdb::Keyspace) -> ebbdb::Result<u32> {
+    let n = 4_000u32;
+    for i in 0..n {
+        ks.put(i.to_be_bytes(), value(i, 1))?;
+    }
+    for i in (0..n).filter(|i| i % 5 < 2) {
+        ks.put(i.to_be_bytes(), value(i, 2))?;
+    }
+    Ok(n)
+}
+
 /// The sealed segments' largest dead share.
 fn deadest_sealed(store: &Store) -> f64 {
     store
@@ -28,23 +52,9 @@ fn deadest_sealed(store: &Store) -> f64 {
 #[test]
 fn an_idle_store_merges_what_writers_left_below_the_dead_share() -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
-    let store = Store::open_with(
-        dir.path(),
-        Options::default()
-            .sync(SyncPolicy::Never)
-            .segment_size(64 * 1024)
-            .tick_interval(Duration::from_millis(20)),
-    )?;
+    let store = open(dir.path(), SyncPolicy::Never)?;
     let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
-    let n = 4_000u32;
-    for i in 0..n {
-        ks.put(i.to_be_bytes(), value(i, 1))?;
-    }
-    // Two keys in five rewritten: every segment of the first pass ends 40 % dead, below the
-    // share a merge needs while writes come.
-    for i in (0..n).filter(|i| i % 5 < 2) {
-        ks.put(i.to_be_bytes(), value(i, 2))?;
-    }
+    let n = churn(&ks)?;
     let churned = store.stats();
     assert!(
         deadest_sealed(&store) < 0.5,
@@ -75,26 +85,14 @@ fn an_idle_store_merges_what_writers_left_below_the_dead_share() -> ebbdb::Resul
     Ok(())
 }
 
-/// Leaves every sealed segment 40 % dead (below the share a busy store merges at), then writes
-/// fresh keys every 2 ms for `busy` and returns the merges run meanwhile.
+/// Leaves every sealed segment 40 % dead ([`churn`]), then writes fresh keys every 2 ms for
+/// `busy` and returns the merges run meanwhile.
 fn merges_while_writing(sync: SyncPolicy, busy: Duration) -> ebbdb::Result<u64> {
     let dir = tempfile::tempdir()?;
-    let store = Store::open_with(
-        dir.path(),
-        Options::default()
-            .sync(sync)
-            .segment_size(64 * 1024)
-            .tick_interval(Duration::from_millis(20)),
-    )?;
+    let store = open(dir.path(), sync)?;
     let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
     let fresh = store.create_keyspace("fresh", DefaultTtl::Off)?;
-    let n = 4_000u32;
-    for i in 0..n {
-        ks.put(i.to_be_bytes(), value(i, 1))?;
-    }
-    for i in (0..n).filter(|i| i % 5 < 2) {
-        ks.put(i.to_be_bytes(), value(i, 2))?;
-    }
+    churn(&ks)?;
     let before = store.stats().merges;
     let end = Instant::now() + busy;
     let mut i = 0u32;
@@ -132,13 +130,7 @@ fn a_store_being_written_is_not_idle_under_any_sync_policy() -> ebbdb::Result<()
 #[test]
 fn an_idle_store_does_not_merge_its_own_outputs_again() -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
-    let store = Store::open_with(
-        dir.path(),
-        Options::default()
-            .sync(SyncPolicy::Always)
-            .segment_size(64 * 1024)
-            .tick_interval(Duration::from_millis(20)),
-    )?;
+    let store = open(dir.path(), SyncPolicy::Always)?;
     let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
     let n = 2_000u32;
     for i in 0..n {
