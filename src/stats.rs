@@ -43,6 +43,14 @@ pub struct SegStats {
     /// `dies_by` is exact only if no default changed since, which is what dropping a segment
     /// before its keys are reaped relies on.
     pub ttl_epoch: u64,
+    /// `g + 1` for the output of a merge that reclaimed nothing while the reclaim generation
+    /// (`LogState::reclaim_gen`) was `g`; 0 otherwise. Merging it again before another merge
+    /// or drop reclaims something would keep all of it again (a segment of no-resurrection
+    /// markers still needed): the policy leaves it (`policy::Rules::reclaim_gen`) while its
+    /// dead bytes stay `sterile_dead` (more dead bytes, an expiry say, make it worth merging).
+    pub sterile_in: u64,
+    /// `dead` when `sterile_in` was set.
+    pub sterile_dead: u64,
 }
 
 impl Default for SegStats {
@@ -58,6 +66,8 @@ impl Default for SegStats {
             oldest_expiry: ttl::NEVER,
             dies_by: 0,
             ttl_epoch: u64::MAX,
+            sterile_in: 0,
+            sterile_dead: 0,
         }
     }
 }

@@ -623,8 +623,26 @@ pub(crate) fn run(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<
         inner.store_manifest_with(&manifest, taken)?;
         let mut log = inner.log.lock();
         swap(&mut log.manifest);
-        log.segstats
-            .extend(written.iter().map(|&(id, stats, _)| (id, stats)));
+        // A merge whose outputs hold as many bytes as its inputs, dropping nothing, reclaimed
+        // nothing: its outputs wait for the next merge or drop that does (`Rules::reclaim_gen`).
+        let before: u64 = inputs.iter().map(|s| s.len()).sum();
+        let after: u64 = written.iter().map(|&(_, _, len)| len).sum();
+        let sterile_in = if dropped.is_empty() && after >= before {
+            log.reclaim_gen.saturating_add(1)
+        } else {
+            log.reclaim_gen = log.reclaim_gen.saturating_add(1);
+            0
+        };
+        log.segstats.extend(written.iter().map(|&(id, stats, _)| {
+            (
+                id,
+                SegStats {
+                    sterile_in,
+                    sterile_dead: stats.dead,
+                    ..stats
+                },
+            )
+        }));
     }
     unpublished.published();
     crash_here(inner, CrashPoint::AfterPublish)?;
@@ -838,6 +856,7 @@ fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<C
         // Read under the log mutex, which a default-TTL change holds while it bumps the epoch.
         early_drop: early_drop.then(|| inner.ttl_epoch.load(Ordering::Acquire)),
         idle_below,
+        reclaim_gen: log.reclaim_gen,
     };
     let sel = policy::select(&candidates, &log.segstats, now, &rules, full);
     if sel.is_empty() {

@@ -119,6 +119,14 @@ pub struct Rules {
     /// created since (this idle period's merge outputs) keep the usual share, so an output
     /// whose kept no-resurrection markers count as dead is not merged again and again.
     pub idle_below: Option<u32>,
+    /// The reclaim generation (`LogState::reclaim_gen`): a segment written by a merge that
+    /// reclaimed nothing in this generation (`SegStats::sterile_in == reclaim_gen + 1`) is
+    /// not merged again (but by a full merge) until another merge or drop reclaims something,
+    /// or more of it dies (an expiry: the reclamation-lag bound still holds): it would be
+    /// copied whole again. Without this, a segment of markers that an older,
+    /// mostly live segment keeps needed was merged at every chance (77 merges in one
+    /// `compact()` of a probe).
+    pub reclaim_gen: u64,
 }
 
 /// True when every record of `s` still counted live has expired at `now` by its `dies_by`,
@@ -154,6 +162,7 @@ pub fn select(
         max_merge_bytes,
         early_drop,
         idle_below,
+        reclaim_gen,
     } = *rules;
     let mut sel = Selection::default();
     for &id in sealed {
@@ -163,7 +172,14 @@ pub fn select(
         let reaped = s.dead >= s.total && s.shadowing == 0;
         if reaped || early_drop.is_some_and(|epoch| dead_whole(&s, now, epoch)) {
             sel.drop.push(id);
-        } else if full || overdue {
+        } else if full {
+            sel.merge.push(id);
+        } else if s.sterile_in != 0
+            && s.sterile_in == reclaim_gen.saturating_add(1)
+            && s.dead <= s.sterile_dead
+        {
+            // Merging it again would reclaim nothing (see `Rules::reclaim_gen`).
+        } else if overdue {
             sel.merge.push(id);
         } else if dying_soon(&s, now) {
             // Left to die whole.
@@ -239,6 +255,7 @@ mod tests {
             max_merge_bytes,
             early_drop: None,
             idle_below: None,
+            reclaim_gen: 0,
         }
     }
 
@@ -293,6 +310,7 @@ mod tests {
         let early = Rules {
             early_drop: Some(epoch),
             idle_below: None,
+            reclaim_gen: 0,
             ..rules(0.5, 600, u64::MAX)
         };
         assert_eq!(select(&ids, &m, now, &early, false).drop, vec![1, 2]);
@@ -402,6 +420,40 @@ mod tests {
             select(&[1, 2, 3, 4], &m, 2000, &idle, false).merge,
             vec![1, 2]
         );
+    }
+
+    #[test]
+    fn an_output_that_reclaimed_nothing_waits_for_the_next_reclaim() {
+        let mut m = HashMap::new();
+        // All markers still needed, written by a merge that reclaimed nothing in generation 4.
+        let sterile = SegStats {
+            sterile_in: 5,
+            sterile_dead: 100,
+            ..st(100, 100, 7, ttl::NEVER)
+        };
+        m.insert(1, sterile);
+        // More of a sterile segment died since (an expiry): worth merging again.
+        m.insert(
+            3,
+            SegStats {
+                sterile_in: 5,
+                sterile_dead: 40,
+                ..st(100, 60, 7, 1000)
+            },
+        );
+        m.insert(2, st(100, 60, 0, ttl::NEVER));
+        let at = |reclaim_gen| Rules {
+            reclaim_gen,
+            ..rules(0.5, 600, u64::MAX)
+        };
+        assert_eq!(select(&[1, 2, 3], &m, 2000, &at(4), false).merge, vec![2, 3]);
+        // Something was reclaimed since: it may be worth merging again.
+        assert_eq!(select(&[1, 2], &m, 2000, &at(5), false).merge, vec![1, 2]);
+        // A full merge takes it whatever.
+        assert_eq!(select(&[1, 2], &m, 2000, &at(4), true).merge, vec![1, 2]);
+        // Never marked: merged as before.
+        m.insert(1, st(100, 100, 7, ttl::NEVER));
+        assert_eq!(select(&[1, 2], &m, 2000, &at(4), false).merge, vec![1, 2]);
     }
 
     #[test]

@@ -243,6 +243,9 @@ pub(crate) struct LogState {
     pub(crate) sync_behind_asked: u64,
     /// Rotations whose manifest is not stored yet, oldest first (`Inner::commit_rotations`).
     pub(crate) pending: Vec<PendingSeal>,
+    /// Merges and drops that reclaimed bytes since open: an output of a merge that reclaimed
+    /// nothing is not merged again until this moves (`SegStats::sterile_in`).
+    pub(crate) reclaim_gen: u64,
 }
 
 /// A rotation not yet made durable: the writers have moved on to `successor`, but the manifest

@@ -470,6 +470,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             segstats,
             appended: 0,
             sync_behind_asked: 0,
+            reclaim_gen: 0,
             pending: Vec::new(),
         }),
         segments: RwLock::new(set),
