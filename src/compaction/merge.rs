@@ -831,7 +831,7 @@ fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<C
     );
     let active = log
         .segstats
-        .get(&log.active.id())
+        .get(&active_id)
         .copied()
         .unwrap_or_default();
     if active.total >= inner.opts.segment_size / 16

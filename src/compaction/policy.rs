@@ -309,8 +309,6 @@ mod tests {
         let ids = [1, 2, 3, 4, 5, 6, 7];
         let early = Rules {
             early_drop: Some(epoch),
-            idle_below: None,
-            reclaim_gen: 0,
             ..rules(0.5, 600, u64::MAX)
         };
         assert_eq!(select(&ids, &m, now, &early, false).drop, vec![1, 2]);
