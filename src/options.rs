@@ -89,6 +89,10 @@ pub struct Options {
     /// Only the `test-hooks` feature changes it, so that small test stores take the sharded
     /// paths of open too.
     pub(crate) open_shard_records: usize,
+    /// Writes a hint for every sealed segment, even one whose hint would take more than an
+    /// eighth of it (`compaction::policy::hint_worth`). Only the `test-hooks` feature sets it,
+    /// so that test stores of small records keep going through the hint paths.
+    pub(crate) hint_every_segment: bool,
 }
 
 impl Default for Options {
@@ -104,6 +108,7 @@ impl Default for Options {
             tick_interval: Duration::from_millis(250),
             use_hints: true,
             open_shard_records: crate::engine::OPEN_SHARD_RECORDS,
+            hint_every_segment: false,
         }
     }
 }
@@ -121,6 +126,7 @@ impl fmt::Debug for Options {
             .field("tick_interval", &self.tick_interval)
             .field("use_hints", &self.use_hints)
             .field("open_shard_records", &self.open_shard_records)
+            .field("hint_every_segment", &self.hint_every_segment)
             .finish()
     }
 }
@@ -171,6 +177,17 @@ impl Options {
     #[must_use]
     pub fn open_shard_records(mut self, records: usize) -> Self {
         self.open_shard_records = records.max(1);
+        self
+    }
+
+    /// Writes a hint file for every sealed segment, also where the hint would take more than an
+    /// eighth of the segment (small records), which by default go without one and are scanned
+    /// at open. Test stores hold small records, and this keeps them on the hint paths.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn hint_every_segment(mut self, on: bool) -> Self {
+        self.hint_every_segment = on;
         self
     }
 

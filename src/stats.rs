@@ -51,6 +51,17 @@ pub struct SegStats {
     pub sterile_in: u64,
     /// `dead` when `sterile_in` was set.
     pub sterile_dead: u64,
+    /// About how many bytes the segment's hint file would take: `policy::HINT_ENTRY_BYTES`
+    /// plus the key per put and tombstone. A segment whose records are in key order gets a
+    /// hint only while this is at most an eighth of `total` (`policy::hint_worth`): for
+    /// smaller records it would nearly copy the segment's headers and keys, and scanning the
+    /// segment at open costs little more.
+    pub hint_bytes: u64,
+    /// True when the segment's records are known to lie in key order within each keyspace,
+    /// up to a few breaks (`policy::few_runs`): an open that scans it needs no real sort.
+    /// Set by open for what it loaded and by a merge for its outputs; false when not so or
+    /// not known (anything appended since).
+    pub key_ordered: bool,
 }
 
 impl Default for SegStats {
@@ -68,6 +79,8 @@ impl Default for SegStats {
             ttl_epoch: u64::MAX,
             sterile_in: 0,
             sterile_dead: 0,
+            hint_bytes: 0,
+            key_ordered: false,
         }
     }
 }
@@ -85,6 +98,10 @@ impl SegStats {
         self.oldest_expiry = self.oldest_expiry.min(o.oldest_expiry);
         self.dies_by = self.dies_by.max(o.dies_by);
         self.ttl_epoch = self.ttl_epoch.min(o.ttl_epoch);
+        self.hint_bytes += o.hint_bytes;
+        if o.total > 0 {
+            self.key_ordered &= o.key_ordered;
+        }
     }
 
     /// Records that a record of `len` bytes expired at `at` (its bytes are already dead).

@@ -11,7 +11,9 @@
 //! included or not). Default-TTL changes are durable when acknowledged, under every policy.
 //! Every other run of three cycles opens with a few records per key-directory shard
 //! (`Options::open_shard_records`, a test hook), so the child's open and the checks take the
-//! sharded open of a large store too.
+//! sharded open of a large store too. Every other run of six writes a hint for every sealed
+//! segment (`Options::hint_every_segment`, a test hook); the others take the default, under
+//! which segments of records as small as these go without one and opens scan them.
 //!
 //! Cycles: `EBBDB_CRASH_CYCLES` (default 4; CI runs 30). Seed: `EBBDB_CRASH_SEED`.
 
@@ -53,13 +55,20 @@ fn policy(name: &str) -> SyncPolicy {
     }
 }
 
-fn child_opts(sync: SyncPolicy, per_shard: usize) -> Options {
+fn child_opts(sync: SyncPolicy, per_shard: usize, hint_all: bool) -> Options {
     Options::default()
         .sync(sync)
         .segment_size(16 * 1024)
         .tick_interval(Duration::from_millis(20))
         .compaction_dead_ratio(0.3)
         .open_shard_records(per_shard)
+        .hint_every_segment(hint_all)
+}
+
+/// Whether cycle `cycle` writes a hint for every sealed segment: every other run of six
+/// cycles, so each sync policy meets both ways, sharded and not.
+fn hint_all(cycle: u64) -> bool {
+    (cycle / 6) % 2 == 1
 }
 
 /// Records per key-directory shard at the opens of cycle `cycle`: every other pair of three
@@ -91,7 +100,8 @@ fn crash_child() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(16_384);
-    let db = Database::open_with(&dir, child_opts(sync, per_shard)).expect("child open");
+    let hint_all = std::env::var("EBBDB_CRASH_HINT_ALL").is_ok_and(|v| v == "1");
+    let db = Database::open_with(&dir, child_opts(sync, per_shard, hint_all)).expect("child open");
     let store = db.store().clone();
     let ks = store
         .keyspace_or_create("ks", DefaultTtl::NeverExpire)
@@ -306,7 +316,8 @@ fn expired_later(
         Options::default()
             .sync(SyncPolicy::Never)
             .clock(clock)
-            .open_shard_records(shard_records(cycle)),
+            .open_shard_records(shard_records(cycle))
+            .hint_every_segment(hint_all(cycle)),
     )?;
     let ks = db.store().keyspace("ks")?;
     for k in 0..KEYS {
@@ -376,6 +387,10 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
                 shard_records(cycle).to_string(),
             )
             .env(
+                "EBBDB_CRASH_HINT_ALL",
+                if hint_all(cycle) { "1" } else { "0" },
+            )
+            .env(
                 "EBBDB_CRASH_CHILD_SEED",
                 (seed ^ (cycle + 1).wrapping_mul(0x9E37)).to_string(),
             )
@@ -440,7 +455,8 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             dir.path(),
             Options::default()
                 .sync(SyncPolicy::Never)
-                .open_shard_records(shard_records(cycle)),
+                .open_shard_records(shard_records(cycle))
+                .hint_every_segment(hint_all(cycle)),
         )?;
         if db.store().key_directory_shards("ks")? > 1 {
             sharded += 1;

@@ -102,12 +102,21 @@ fn check(ks: &Keyspace, model: &Model) -> ebbdb::Result<()> {
 }
 
 /// Runs `ops` against the engine and the model; every open splits the key directory into
-/// shards of about `per_shard` records once it holds two shards' worth. Returns the most
-/// shards a reopen gave the key directory.
-fn run(ops: &[Op], per_shard: usize) -> ebbdb::Result<usize> {
+/// shards of about `per_shard` records once it holds two shards' worth, and writes a hint for
+/// every sealed segment if `hint_all` (by default segments of records as small as these go
+/// without one and are scanned at open). Returns the most shards a reopen gave the key
+/// directory.
+fn run(ops: &[Op], per_shard: usize, hint_all: bool) -> ebbdb::Result<usize> {
     let dir = tempfile::tempdir()?;
     let c: ManualClock = clock();
-    let open = || Store::open_with(dir.path(), opts(&c).open_shard_records(per_shard));
+    let open = || {
+        Store::open_with(
+            dir.path(),
+            opts(&c)
+                .open_shard_records(per_shard)
+                .hint_every_segment(hint_all),
+        )
+    };
     let mut store = open()?;
     let mut ks = store.create_keyspace("ks", DefaultTtl::Off)?;
     let mut shards = 0;
@@ -212,7 +221,10 @@ proptest! {
 
     #[test]
     fn engine_matches_model(ops in proptest::collection::vec(op_strategy(), 1..60)) {
-        run(&ops, 16_384).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        // Each case with every hint and with the default ones (none for these small records).
+        for hint_all in [true, false] {
+            run(&ops, 16_384, hint_all).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
     }
 
     // The same with a few records per key-directory shard: every reopen takes a large
@@ -223,12 +235,14 @@ proptest! {
         ops in proptest::collection::vec(op_strategy(), 1..60),
         per_shard in 1usize..4,
     ) {
-        run(&ops, per_shard).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for hint_all in [true, false] {
+            run(&ops, per_shard, hint_all).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
     }
 }
 
 /// A long fixed sequence exercising rotation, merges with markers, and reopen together, with
-/// the default shard size and with two records per shard.
+/// the default shard size and with two records per shard, each with every hint and without.
 #[test]
 fn long_fixed_sequence() -> ebbdb::Result<()> {
     let mut ops = Vec::new();
@@ -258,14 +272,16 @@ fn long_fixed_sequence() -> ebbdb::Result<()> {
             ops.push(Op::Reopen);
         }
     }
-    assert_eq!(
-        run(&ops, 16_384)?,
-        1,
-        "a store this small opens in one shard"
-    );
-    assert!(
-        run(&ops, 2)? > 1,
-        "two records per shard split the key directory"
-    );
+    for hint_all in [true, false] {
+        assert_eq!(
+            run(&ops, 16_384, hint_all)?,
+            1,
+            "a store this small opens in one shard"
+        );
+        assert!(
+            run(&ops, 2, hint_all)? > 1,
+            "two records per shard split the key directory"
+        );
+    }
     Ok(())
 }

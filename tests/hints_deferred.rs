@@ -18,6 +18,7 @@ fn opts(clock: &ManualClock) -> Options {
         .sync(SyncPolicy::Never)
         .segment_size(32 * 1024)
         .tick_interval(Duration::from_millis(5))
+        .hint_every_segment(true)
 }
 
 /// Opens a store in `dir`, writes 2,000 keys with a 10 s TTL and waits until the worker has

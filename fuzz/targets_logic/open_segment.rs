@@ -50,6 +50,9 @@ fn options(clock: &ManualClock, mode: RecoveryMode) -> Options {
         .sync(SyncPolicy::Never)
         .segment_size(4096)
         .recovery(mode)
+        // The template's records are small: without this its segments would go without hints,
+        // and the hint file targets would have nothing to mutate.
+        .hint_every_segment(true)
 }
 
 fn seg_name(id: u32) -> String {

@@ -160,6 +160,7 @@ impl Outputs<'_> {
         o.len += need;
         o.hint.add(meta, key, offset, len);
         o.stats.total += need;
+        o.stats.hint_bytes += key.len() as u64 + policy::HINT_ENTRY_BYTES;
         if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
             o.stats.shadowing += 1;
         }
@@ -184,7 +185,7 @@ impl Outputs<'_> {
         }
         let mut out = Vec::new();
         let mut waiting = Vec::new();
-        for o in std::mem::take(&mut self.done) {
+        for mut o in std::mem::take(&mut self.done) {
             let file = o
                 .writer
                 .into_inner()
@@ -193,7 +194,13 @@ impl Outputs<'_> {
             // The current epoch, as `write_hint_for` reads it: a default changed during the
             // merge makes the outputs' deadlines stale, and then their hints do not wait.
             let epoch = self.inner.ttl_epoch.load(Ordering::Acquire);
-            if super::HintWait::IfShortLived.holds(&o.stats, self.now, epoch) {
+            let (entries, _, descents) = o.hint.shape();
+            o.stats.key_ordered = policy::few_runs(descents, entries);
+            let s = &o.stats;
+            let always = self.inner.opts.hint_every_segment;
+            if !policy::hint_worth(s.hint_bytes, s.total, s.key_ordered, always) {
+                // Small records in key order: opens scan the output (`policy::hint_worth`).
+            } else if super::HintWait::IfShortLived.holds(&o.stats, self.now, epoch) {
                 waiting.push(o.id);
             } else {
                 super::write_hint_file(self.inner, o.id, o.hint)?;

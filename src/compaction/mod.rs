@@ -56,7 +56,8 @@ impl HintWait {
 const SHORT_LIVED_GRACE_SECS: u64 = 2 * policy::SHORT_LIVED_SECS;
 
 /// Writes the hint file of sealed segment `id` (if it is still published and has none),
-/// unless the segment is about to die whole (`policy::dying_soon`), or, with
+/// unless its records are small and in key order (`policy::hint_worth`: then it never gets
+/// one, and opens scan it), or unless the segment is about to die whole (`policy::dying_soon`), or, with
 /// [`HintWait::IfShortLived`], at least half of its bytes were due within a minute of being
 /// written (`policy::short_lived`): then it is set aside in `hints_deferred`, because a hint
 /// only speeds up opening and this segment will be dropped, or merged, within about a
@@ -69,14 +70,25 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<b
         return Ok(false);
     };
     let now = inner.now_s();
-    let defer = {
+    let always = inner.opts.hint_every_segment;
+    // `small`: the hint would take more than an eighth of the segment; it is then written
+    // only if the records are out of key order (`policy::hint_worth`), which a scan finds out
+    // unless open or a merge already did.
+    let (small, ordered, defer) = {
         let log = inner.log.lock();
         // Read under the log mutex, which a default-TTL change holds while it bumps it.
         let epoch = inner.ttl_epoch.load(Ordering::Acquire);
-        log.segstats
-            .get(&id)
-            .is_some_and(|s| wait.holds(s, now, epoch))
+        log.segstats.get(&id).map_or((false, false, false), |s| {
+            (
+                !policy::hint_worth(s.hint_bytes, s.total, true, always),
+                s.key_ordered,
+                wait.holds(s, now, epoch),
+            )
+        })
     };
+    if small && ordered {
+        return Ok(false);
+    }
     if defer {
         inner.hints_deferred.lock().entry(id).or_insert(now);
         return Ok(true);
@@ -103,6 +115,15 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<b
                 first.offset as u64,
                 first.err.to_string(),
             ));
+        }
+        return Ok(false);
+    }
+    let (entries, _, descents) = w.shape();
+    if small && policy::few_runs(descents, entries) {
+        // Small records in key order: opens scan this segment. Noted, so that a close's pass
+        // over the segments without a hint does not scan it again.
+        if let Some(s) = inner.log.lock().segstats.get_mut(&id) {
+            s.key_ordered = true;
         }
         return Ok(false);
     }

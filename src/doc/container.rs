@@ -669,7 +669,12 @@ mod tests {
     #[test]
     fn every_item_write_marks_its_record_a_document_and_a_raw_put_does_not() {
         let dir = tempfile::tempdir().expect("dir");
-        let db = Database::open(dir.path()).expect("open");
+        // Hints for these small records too: the reopen below reads the merge's hints.
+        let opts = || crate::Options {
+            hint_every_segment: true,
+            ..crate::Options::default()
+        };
+        let db = Database::open_with(dir.path(), opts()).expect("open");
         for props in [
             ContainerProperties::new("plain", "/pk"),
             // Writes its items together with the change feed's history (a planned pair).
@@ -712,7 +717,7 @@ mod tests {
         db.compact_full().expect("compact");
         check(&db, "after a merge");
         drop(db);
-        let db = Database::open(dir.path()).expect("reopen");
+        let db = Database::open_with(dir.path(), opts()).expect("reopen");
         check(&db, "reopened from hints");
         drop(db);
         // Reads take the flag from the record, not the hint: `verify` compares the merged

@@ -115,8 +115,10 @@ impl Loader {
     fn add(&mut self, file: u32, offset: u32, len: u32, meta: &Meta, key: &[u8]) {
         self.max_seq = self.max_seq.max(meta.seq);
         self.max_write_ms = self.max_write_ms.max(meta.write_ms);
+        let stats = self.stats_of(file);
+        stats.hint_bytes += key.len() as u64 + crate::compaction::policy::HINT_ENTRY_BYTES;
         if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
-            self.stats_of(file).shadowing += 1;
+            stats.shadowing += 1;
         }
         let tombstone = if meta.kind == Kind::Tombstone {
             LOADED_TOMBSTONE
@@ -142,11 +144,36 @@ impl Loader {
 
     /// Sorts this loader's records of each keyspace by key, newest first (hint files are
     /// written in that order already; scanned segments are in log order).
+    /// Sorts each keyspace's records (key, then newest first), and notes in the stats of the
+    /// loaded file(s) whether they came in key order up to a few breaks
+    /// (`SegStats::key_ordered`, which decides whether a segment of small records needs a
+    /// hint). Records in a few runs (a merge's output, its markers first) take the stable
+    /// sort, which merges runs; records in random order (a fill's segment) or in deadline
+    /// order (a merge's under TTLs) the unstable one: 1 M random keys opened in 0.11 s instead
+    /// of 0.12 s.
     fn sort(&mut self) {
+        let mut ordered = true;
         for (_, list) in &mut self.keys {
-            if !list.is_sorted_by(|a, b| record_order(a, b).is_le()) {
-                list.sort_by(record_order);
+            let records = list.len() as u64;
+            // Counted until there are too many to be a few runs.
+            let limit = records / crate::compaction::policy::RUN_MIN + 1;
+            let descents = list
+                .windows(2)
+                .filter(|w| record_order(&w[0], &w[1]).is_gt())
+                .take(usize::try_from(limit).unwrap_or(usize::MAX))
+                .count() as u64;
+            if descents == 0 {
+                continue;
             }
+            if crate::compaction::policy::few_runs(descents, records) {
+                list.sort_by(record_order);
+            } else {
+                ordered = false;
+                list.sort_unstable_by(record_order);
+            }
+        }
+        for (_, st) in &mut self.stats {
+            st.key_ordered = ordered;
         }
     }
 
@@ -160,6 +187,8 @@ impl Loader {
             for (file, st) in part.stats {
                 let mine = slot(&mut all.stats, file);
                 mine.shadowing += st.shadowing;
+                mine.hint_bytes += st.hint_bytes;
+                mine.key_ordered = st.key_ordered;
                 mine.total = st.total;
             }
             for (ks, list) in part.keys {
@@ -435,10 +464,21 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     // Sealed segments without a hint (deferred when the store closed, or never written) are
     // handed to the worker, which writes each one's hint unless the segment is about to die
     // whole or short-lived, and then once it outlives that (`compaction::write_deferred_hints`,
-    // the wait counted from now): otherwise every later open would scan them.
+    // the wait counted from now): otherwise every later open would scan them. Not those
+    // whose records are too small for a hint to pay (`policy::hint_worth`): they stay without.
     let hints_deferred: BTreeMap<u32, u64> = sealed
         .keys()
         .copied()
+        .filter(|id| {
+            segstats.get(id).is_none_or(|s| {
+                crate::compaction::policy::hint_worth(
+                    s.hint_bytes,
+                    s.total,
+                    s.key_ordered,
+                    opts.hint_every_segment,
+                )
+            })
+        })
         .filter(|id| !crate::log::hint_path(dir, *id).exists())
         .map(|id| (id, now))
         .collect();

@@ -329,6 +329,10 @@ impl Inner {
             let mut seq = log.next_seq;
             let mut added = SegStats {
                 total: total as u64,
+                hint_bytes: ops
+                    .iter()
+                    .map(|op| op.key.len() as u64 + crate::compaction::policy::HINT_ENTRY_BYTES)
+                    .sum(),
                 ttl_epoch: self.ttl_epoch.load(Ordering::Acquire),
                 ..SegStats::default()
             };

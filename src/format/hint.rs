@@ -73,6 +73,13 @@ pub struct HintWriter {
     count: u64,
     /// Where each encoded entry lies in `buf`, for sorting in `finish`.
     spans: Vec<(usize, usize)>,
+    /// Key bytes of the entries added.
+    key_bytes: u64,
+    /// Entries that sort before the entry added last in their keyspace (key, then newest
+    /// first): breaks in the key order of the segment's records, keyspace by keyspace.
+    descents: u64,
+    /// Per keyspace, the index in `spans` of the entry added last.
+    last: Vec<(u32, usize)>,
 }
 
 impl HintWriter {
@@ -89,7 +96,18 @@ impl HintWriter {
             buf,
             count: 0,
             spans: Vec::new(),
+            key_bytes: 0,
+            descents: 0,
+            last: Vec::new(),
         }
+    }
+
+    /// `(entries, key bytes, descents)` of what was added: the entries, their keys' bytes,
+    /// and how many entries sort before the one added last in their keyspace (0 for records
+    /// added in key order, keyspace by keyspace, as open loads them).
+    #[must_use]
+    pub fn shape(&self) -> (u64, u64, u64) {
+        (self.count, self.key_bytes, self.descents)
     }
 
     /// Adds the entry for a record at `offset` of length `len`.
@@ -104,6 +122,23 @@ impl HintWriter {
         LE::write_u64(&mut e[24..32], meta.write_ms);
         LE::write_u32(&mut e[32..36], offset);
         LE::write_u32(&mut e[36..40], len);
+        let here = self.spans.len();
+        match self.last.iter_mut().rev().find(|(ks, _)| *ks == meta.keyspace) {
+            Some((_, at)) => {
+                let (ps, pe) = self.spans[*at];
+                let prev = &self.buf[ps..pe];
+                let prev_seq = LE::read_u64(&prev[16..24]);
+                if crate::keydir::key_order(&prev[HINT_ENTRY_LEN..], key)
+                    .then(meta.seq.cmp(&prev_seq))
+                    .is_gt()
+                {
+                    self.descents += 1;
+                }
+                *at = here;
+            }
+            None => self.last.push((meta.keyspace, here)),
+        }
+        self.key_bytes += key.len() as u64;
         let start = self.buf.len();
         self.buf.extend_from_slice(&e);
         self.buf.extend_from_slice(key);
@@ -339,6 +374,33 @@ fn walk_compact(b: &[u8], body_end: usize, f: Visit<'_>) -> Result<(), DecodeErr
 mod tests {
     use super::*;
     use crate::format::record::FLAG_SHADOWS;
+
+    #[test]
+    fn the_writer_counts_breaks_of_key_order_within_each_keyspace() {
+        let shape = |adds: &[(u32, u64, &[u8])]| {
+            let mut w = HintWriter::new(1);
+            for &(keyspace, seq, key) in adds {
+                let mut e = entry(seq, key);
+                e.meta.keyspace = keyspace;
+                w.add(&e.meta, &e.key, e.offset, e.len);
+            }
+            w.shape()
+        };
+        assert_eq!(shape(&[]), (0, 0, 0));
+        assert_eq!(shape(&[(1, 1, b"a"), (1, 2, b"b"), (1, 3, b"bb")]), (3, 4, 0));
+        assert_eq!(shape(&[(1, 1, b"b"), (1, 2, b"a")]), (2, 2, 1), "smaller key");
+        // The same key: newest first is in order, oldest first is not.
+        assert_eq!(shape(&[(1, 9, b"k"), (1, 3, b"k")]), (2, 2, 0));
+        assert_eq!(shape(&[(1, 3, b"k"), (1, 9, b"k")]), (2, 2, 1));
+        // Keyspace by keyspace (open loads each apart): interleaved is no break, a smaller
+        // key than the last of the same keyspace is.
+        assert_eq!(shape(&[(1, 1, b"a"), (2, 2, b"a"), (1, 3, b"b")]), (3, 3, 0));
+        assert_eq!(shape(&[(1, 1, b"z"), (2, 2, b"a"), (1, 3, b"a")]), (3, 3, 1));
+        // Eight-byte words compared as bytes: 0x80 sorts after 0x7f.
+        let (hi, lo) = ([0x80u8; 9], [0x7fu8; 9]);
+        assert_eq!(shape(&[(1, 1, &hi), (1, 2, &lo)]).2, 1);
+        assert_eq!(shape(&[(1, 1, &lo), (1, 2, &hi)]).2, 0);
+    }
 
     fn entry(seq: u64, key: &[u8]) -> HintEntry {
         HintEntry {

@@ -12,11 +12,15 @@ pub fn clock() -> ManualClock {
     ManualClock::at_unix_secs(T0)
 }
 
-/// Default options but for the manual clock and no fsync.
+/// Default options but for the manual clock and no fsync, and a hint for every sealed
+/// segment: by default a segment of records as small as most tests write goes without one
+/// (`Options::hint_every_segment`, a test hook), and the tests of hints need them. The crash,
+/// power-loss and model tests take both ways.
 pub fn manual(clock: &ManualClock) -> Options {
     Options::default()
         .clock(clock.clone())
         .sync(SyncPolicy::Never)
+        .hint_every_segment(true)
 }
 
 /// Small segments, no fsync: merges happen and tests stay fast.

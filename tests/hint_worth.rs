@@ -1,0 +1,179 @@
+//! A sealed segment whose records lie in key order gets a hint file only when the hint would
+//! take at most an eighth of it (DESIGN.md §2.3): records of 16-byte keys and 100-byte values
+//! go without one (the hint would repeat a quarter of the segment) and are scanned at open;
+//! records of a few hundred bytes or more get one. A segment out of key order (random keys in
+//! write order, a merge's output sorted by deadline) keeps its hint whatever its records'
+//! size: scanning it at open would need a sort. Either way every key comes back.
+
+mod common;
+
+use common::{clock, hint_files, segments, T0};
+use ebbdb::clock::ManualClock;
+use ebbdb::{DefaultTtl, Options, Store, SyncPolicy};
+
+/// Default options (hints by the rule), the manual clock, 64 KiB segments.
+fn opts(c: &ManualClock) -> Options {
+    Options::default()
+        .clock(c.clone())
+        .sync(SyncPolicy::Never)
+        .segment_size(64 * 1024)
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key-{i:012}").into_bytes()
+}
+
+/// Key `i` of a random-looking order (a bijection of `0..n` for the `n` used here).
+fn shuffled(i: usize) -> usize {
+    (i * 7_919) % 3_001
+}
+
+/// Writes `n` keys with `value_len`-byte values (`with` mixes in the value byte), merges
+/// everything, closes (a close writes every hint still missing), and returns the number of
+/// segments and hint files left.
+fn fill(dir: &std::path::Path, c: &ManualClock, n: usize, value_len: usize) -> (usize, usize) {
+    let store = Store::open_with(dir, opts(c)).expect("open");
+    let ks = store
+        .create_keyspace("ks", DefaultTtl::Off)
+        .expect("keyspace");
+    for i in 0..n {
+        ks.put(key(i), vec![(i % 251) as u8; value_len])
+            .expect("put");
+    }
+    store.compact_full().expect("compact");
+    drop(ks);
+    drop(store);
+    (segments(dir).expect("segments").len(), hint_files(dir))
+}
+
+fn check(dir: &std::path::Path, c: &ManualClock, n: usize, value_len: usize) {
+    let store = Store::open_with(dir, opts(c)).expect("reopen");
+    let ks = store.keyspace("ks").expect("keyspace");
+    assert_eq!(ks.len().expect("len"), n);
+    for i in 0..n {
+        assert_eq!(
+            ks.get(key(i)).expect("get"),
+            Some(vec![(i % 251) as u8; value_len]),
+            "key {i}"
+        );
+    }
+}
+
+#[test]
+fn segments_of_small_records_go_without_a_hint_and_still_open_whole() {
+    let dir = tempfile::tempdir().expect("dir");
+    let c = clock();
+    let (segs, hints) = fill(dir.path(), &c, 3_000, 100);
+    assert!(segs > 3, "several sealed segments: {segs}");
+    assert_eq!(hints, 0, "a hint would be a quarter of each segment");
+    check(dir.path(), &c, 3_000, 100);
+    // The reopen's worker and close do not write them either.
+    assert_eq!(hint_files(dir.path()), 0);
+}
+
+#[test]
+fn segments_of_large_records_get_their_hint() {
+    let dir = tempfile::tempdir().expect("dir");
+    let c = clock();
+    let (segs, hints) = fill(dir.path(), &c, 600, 1_000);
+    assert!(segs > 3, "several sealed segments: {segs}");
+    // Every sealed segment (all but the active one) has its hint.
+    assert_eq!(hints, segs - 1, "{segs} segments");
+    check(dir.path(), &c, 600, 1_000);
+}
+
+#[test]
+fn the_rule_is_per_segment_around_an_eighth() {
+    // A 16-byte key counts a 32-byte hint entry: 256-byte records are at the eighth. Records
+    // well under it (150-byte values) get none; well over it (400-byte values), one each.
+    for (value_len, hinted) in [(150, false), (400, true)] {
+        let dir = tempfile::tempdir().expect("dir");
+        let c = ManualClock::at_unix_secs(T0);
+        let (segs, hints) = fill(dir.path(), &c, 1_500, value_len);
+        assert!(segs > 2, "{value_len}: {segs} segments");
+        let want = if hinted { segs - 1 } else { 0 };
+        assert_eq!(hints, want, "{value_len}-byte values, {segs} segments");
+        check(dir.path(), &c, 1_500, value_len);
+    }
+}
+
+#[test]
+fn hints_written_by_the_test_hook_are_still_read_and_a_store_without_them_opens() {
+    // Written with every hint, reopened with the default rule: the hints stay and are used;
+    // deleted, the segments are scanned.
+    let dir = tempfile::tempdir().expect("dir");
+    let c = clock();
+    {
+        let store = Store::open_with(dir.path(), opts(&c).hint_every_segment(true)).expect("open");
+        let ks = store
+            .create_keyspace("ks", DefaultTtl::Off)
+            .expect("keyspace");
+        for i in 0..3_000 {
+            ks.put(key(i), vec![(i % 251) as u8; 100]).expect("put");
+        }
+        store.compact_full().expect("compact");
+    }
+    let hints = hint_files(dir.path());
+    assert!(hints > 3, "every merge output got one: {hints}");
+    check(dir.path(), &c, 3_000, 100);
+    assert_eq!(
+        hint_files(dir.path()),
+        hints,
+        "the default rule deletes no hint"
+    );
+    for seg in segments(dir.path()).expect("segments") {
+        let _ = std::fs::remove_file(seg.with_extension("hint"));
+    }
+    check(dir.path(), &c, 3_000, 100);
+}
+
+#[test]
+fn small_records_out_of_key_order_keep_their_hint() {
+    // Random key order in every sealed segment: no merge (nothing is dead), closed.
+    let dir = tempfile::tempdir().expect("dir");
+    let c = clock();
+    {
+        let store = Store::open_with(dir.path(), opts(&c)).expect("open");
+        let ks = store
+            .create_keyspace("ks", DefaultTtl::Off)
+            .expect("keyspace");
+        for i in 0..3_001 {
+            let k = shuffled(i);
+            ks.put(key(k), vec![(k % 251) as u8; 100]).expect("put");
+        }
+    }
+    let segs = segments(dir.path()).expect("segments").len();
+    assert!(segs > 3, "several sealed segments: {segs}");
+    assert_eq!(hint_files(dir.path()), segs - 1, "every sealed segment");
+    check(dir.path(), &c, 3_001, 100);
+}
+
+#[test]
+fn a_merge_under_ttls_writes_in_deadline_order_and_keeps_the_hints() {
+    // Keys in key order, TTLs in another order, each put followed by an overwrite of one
+    // other key (so that most of every segment is dead and merged): the merge's outputs are
+    // sorted by deadline, so out of key order, and get their hints.
+    let dir = tempfile::tempdir().expect("dir");
+    let c = clock();
+    let n = 3_000;
+    {
+        let store = Store::open_with(dir.path(), opts(&c)).expect("open");
+        let ks = store
+            .create_keyspace("ks", DefaultTtl::NeverExpire)
+            .expect("keyspace");
+        for i in 0..n {
+            let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            x ^= x >> 29;
+            let ttl = ebbdb::Ttl::Seconds(3_600 + (x % 100_000) as u32);
+            ks.put_with_ttl(key(i), vec![(i % 251) as u8; 100], ttl)
+                .expect("put");
+            ks.put(b"overwritten", [0; 300]).expect("put");
+        }
+        ks.delete(b"overwritten").expect("delete");
+        store.compact_full().expect("compact");
+    }
+    let segs = segments(dir.path()).expect("segments").len();
+    assert!(segs > 3, "several segments: {segs}");
+    assert_eq!(hint_files(dir.path()), segs - 1, "every merge output");
+    check(dir.path(), &c, n, 100);
+}
