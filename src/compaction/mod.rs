@@ -73,20 +73,19 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<b
     let always = inner.opts.hint_every_segment;
     // `small`: the hint would take more than an eighth of the segment; it is then written
     // only if the records are out of key order (`policy::hint_worth`), which a scan finds out
-    // unless open or a merge already did.
-    let (small, ordered, defer) = {
+    // unless open or a merge already did (`known_without_hint`).
+    let (small, defer) = {
         let log = inner.log.lock();
         // Read under the log mutex, which a default-TTL change holds while it bumps it.
         let epoch = inner.ttl_epoch.load(Ordering::Acquire);
-        log.segstats.get(&id).map_or((false, false, false), |s| {
+        log.segstats.get(&id).map_or((false, false), |s| {
             (
                 !policy::hint_worth(s.hint_bytes, s.total, true, always),
-                s.key_ordered,
                 wait.holds(s, now, epoch),
             )
         })
     };
-    if small && ordered {
+    if small && known_without_hint(inner, id) {
         return Ok(false);
     }
     if defer {
@@ -128,6 +127,19 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<b
         return Ok(false);
     }
     write_hint_file(inner, id, w).map(|()| false)
+}
+
+/// True when sealed segment `id` is known to need no hint: small records known to be in key
+/// order (`policy::hint_worth`). [`write_hint_for`] then returns without scanning it, and a
+/// close's pass over the segments without a hint skips it without charging its budget.
+pub(crate) fn known_without_hint(inner: &Inner, id: u32) -> bool {
+    let always = inner.opts.hint_every_segment;
+    inner
+        .log
+        .lock()
+        .segstats
+        .get(&id)
+        .is_some_and(|s| !policy::hint_worth(s.hint_bytes, s.total, s.key_ordered, always))
 }
 
 /// Writes the hints set aside by [`write_hint_for`] for segments that are no longer about to die

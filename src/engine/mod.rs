@@ -930,9 +930,10 @@ impl Inner {
     /// segment the manifest on disk still names as active may be appended to by the next
     /// session, and a hint written now would hide those records from later opens), only when
     /// the close's sync succeeded, and at most [`CLOSE_HINT_BYTES`] of segments (a store
-    /// opened over many unhinted segments catches up over several closes). Those about to die
-    /// whole stay without one (`write_hint_for` sets them aside); a failure only leaves a
-    /// segment to be scanned.
+    /// opened over many unhinted segments catches up over several closes; a segment known to
+    /// need none, small records in key order, is skipped without being charged). Those about
+    /// to die whole stay without one (`write_hint_for` sets them aside); a failure only leaves
+    /// a segment to be scanned.
     fn write_missing_hints(&self) {
         let uncommitted: Vec<u32> = self
             .log
@@ -950,7 +951,10 @@ impl Inner {
             .collect();
         let mut budget = CLOSE_HINT_BYTES;
         for (id, len) in sealed {
-            if uncommitted.contains(&id) || crate::log::hint_path(&self.dir, id).exists() {
+            if uncommitted.contains(&id)
+                || crate::log::hint_path(&self.dir, id).exists()
+                || crate::compaction::known_without_hint(self, id)
+            {
                 continue;
             }
             if self.poisoned.load(Ordering::Acquire) || len > budget {
