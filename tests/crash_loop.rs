@@ -13,7 +13,9 @@
 //! (`Options::open_shard_records`, a test hook), so the child's open and the checks take the
 //! sharded open of a large store too. Every other run of six writes a hint for every sealed
 //! segment (`Options::hint_every_segment`, a test hook); the others take the default, under
-//! which segments of records as small as these go without one and opens scan them.
+//! which segments of records as small as these go without one and opens scan them. Cycles 2
+//! and 3 of every four write their keys in key order instead of at random, which leaves
+//! sealed segments without a hint by default; the test fails if no check met one.
 //!
 //! Cycles: `EBBDB_CRASH_CYCLES` (default 4; CI runs 30). Seed: `EBBDB_CRASH_SEED`.
 
@@ -25,7 +27,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ebbdb::{ContainerProperties, Database, DefaultTtl, Options, SyncPolicy, Ttl, WriteBatch};
 
-const KEYS: u64 = 40;
+/// Keys `k0` … `k159`: the random cycles use the first 40 (many versions per key), the
+/// key-order cycles all of them (one break of key order per 160 records).
+const KEYS: u64 = 160;
+/// Keys the random cycles write.
+const RANDOM_KEYS: u64 = 40;
 /// Long TTL: never expires during a run.
 const LONG: u32 = 3600;
 /// Short TTL: expires during the run, so the reaper and compaction have work.
@@ -71,6 +77,26 @@ fn hint_all(cycle: u64) -> bool {
     (cycle / 6) % 2 == 1
 }
 
+/// Whether the child of cycle `cycle` writes its keys in key order (cycles 2 and 3 of every
+/// four) rather than at random: sealed segments of such small records in key order get no
+/// hint by default, so the checks' opens scan them and the worker and the close pass them
+/// by.
+fn key_order(cycle: u64) -> bool {
+    cycle % 4 >= 2
+}
+
+/// Segment files in `dir` without a hint file beside them.
+fn unhinted_segments(dir: &std::path::Path) -> std::io::Result<usize> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "seg") && !path.with_extension("hint").exists() {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Records per key-directory shard at the opens of cycle `cycle`: every other pair of three
 /// cycles (one of each sync policy) opens with a few, so the child's open and the checks'
 /// build the key directory in shards side by side and file timers in ranges, as a large
@@ -101,6 +127,19 @@ fn crash_child() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(16_384);
     let hint_all = std::env::var("EBBDB_CRASH_HINT_ALL").is_ok_and(|v| v == "1");
+    let in_order = std::env::var("EBBDB_CRASH_KEY_ORDER").is_ok_and(|v| v == "1");
+    // The key names in byte order, for the key-order cycles, from a random place.
+    let mut names: Vec<String> = (0..KEYS).map(|k| format!("k{k}")).collect();
+    names.sort();
+    let mut cursor = usize::try_from(rng.below(KEYS)).unwrap_or(0);
+    let mut next_key = |rng: &mut Rng| {
+        if in_order {
+            cursor = (cursor + 1) % names.len();
+            names[cursor].clone()
+        } else {
+            format!("k{}", rng.below(RANDOM_KEYS))
+        }
+    };
     let db = Database::open_with(&dir, child_opts(sync, per_shard, hint_all)).expect("child open");
     let store = db.store().clone();
     let ks = store
@@ -119,7 +158,7 @@ fn crash_child() {
     let mut n = 0u64;
     loop {
         n += 1;
-        let key = format!("k{}", rng.below(KEYS));
+        let key = next_key(&mut rng);
         let value = format!("{seed}-{n}");
         match rng.below(21) {
             20 => {
@@ -145,8 +184,8 @@ fn crash_child() {
                 ks.delete(&key).expect("delete");
             }
             14..=16 => {
-                let k2 = format!("k{}", rng.below(KEYS));
-                let k3 = format!("k{}", rng.below(KEYS));
+                let k2 = next_key(&mut rng);
+                let k3 = next_key(&mut rng);
                 let _ = writeln!(out, "I {} B {key} {value}a {k2} {value}b {k3}", now_ms());
                 let _ = out.flush();
                 let mut b = WriteBatch::new();
@@ -366,6 +405,8 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
     let mut acked_total = 0u64;
     // Checks that opened the store in key-directory shards.
     let mut sharded = 0u64;
+    // Checks that met sealed segments without a hint.
+    let mut unhinted = 0u64;
     // Operations acknowledged since the last durable point: (op, started, acknowledged).
     let mut tail: Vec<(String, u64, u64)> = Vec::new();
     let names = ["always", "never", "periodic"];
@@ -389,6 +430,10 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             .env(
                 "EBBDB_CRASH_HINT_ALL",
                 if hint_all(cycle) { "1" } else { "0" },
+            )
+            .env(
+                "EBBDB_CRASH_KEY_ORDER",
+                if key_order(cycle) { "1" } else { "0" },
             )
             .env(
                 "EBBDB_CRASH_CHILD_SEED",
@@ -449,6 +494,11 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         let _ = reader.join();
         acked_total += acked;
 
+        // Sealed segments the kill left without a hint, under the default rule (the active
+        // one never has one).
+        if !hint_all(cycle) && unhinted_segments(dir.path())? > 1 {
+            unhinted += 1;
+        }
         // Verify: the store must equal the durable model plus some prefix of the operations
         // after it (the in-flight one last, if it is a write).
         let db = Database::open_with(
@@ -536,13 +586,18 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
         expired_later(dir.path(), &state, &got, cycle, seed)?;
     }
     eprintln!(
-        "crash loop: {cycles} cycles ({sharded} checked in key-directory shards), \
+        "crash loop: {cycles} cycles ({sharded} checked in key-directory shards, \
+         {unhinted} with sealed segments without a hint), \
          {acked_total} acknowledged writes checked, 0 lost"
     );
     assert!(acked_total > 0, "the child never acknowledged a write");
     assert!(
         cycles < 6 || sharded > 0,
         "no check opened the store in key-directory shards"
+    );
+    assert!(
+        cycles < 4 || unhinted > 0,
+        "no check met a sealed segment left without a hint"
     );
     Ok(())
 }
