@@ -227,3 +227,66 @@ pub fn durable(kind: Kind, dir: &Path, ops_1: u64, ops_4: u64) -> Res<Value> {
     let four = rate(per * 4, t.elapsed().as_secs_f64());
     Ok(json!({ "durable_1t": one, "durable_4t": four, "rss_durable": peak_rss() }))
 }
+
+/// Phase `space`, on a fresh directory: `n` keys filled, then `n` more operations in batches of
+/// 1,000 (half overwrites of keys written so far, a quarter deletes of such keys, a quarter new
+/// keys; each batch's puts, then its deletes), then the directory's bytes over the live items'
+/// key and value bytes (116 each, live keys tracked by the harness): right after, after 10 idle
+/// seconds (each engine's own background work only), and after the engine's full compaction.
+pub fn space(kind: Kind, dir: &Path, n: u64) -> Res<Value> {
+    let mut eng = open(kind, dir, &OpenOpts::relaxed())?;
+    fill(&*eng, n)?;
+    let mut live = vec![true; n as usize];
+    let mut rng = Rng::new(0x2545_F491);
+    let mut next = n;
+    let mut puts: Vec<([u8; 16], [u8; VALUE_LEN])> = Vec::with_capacity(BATCH);
+    let mut dels: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+    for _ in 0..n.div_ceil(BATCH as u64) {
+        let mut deleted = Vec::new();
+        for _ in 0..BATCH {
+            let r = rng.next();
+            match r % 4 {
+                0 | 1 => {
+                    let i = (r >> 8) % next;
+                    puts.push((key(i), value(i ^ 0xF00D, u64::MAX)));
+                    live[i as usize] = true;
+                }
+                2 => {
+                    let i = (r >> 8) % next;
+                    dels.push(key(i).to_vec());
+                    deleted.push(i);
+                }
+                _ => {
+                    puts.push((key(next), value(next, u64::MAX)));
+                    live.push(true);
+                    next += 1;
+                }
+            }
+        }
+        let refs: Vec<(&[u8], &[u8])> = puts.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        eng.put_batch(&refs)?;
+        eng.delete_batch(&dels)?;
+        for i in deleted {
+            live[i as usize] = false;
+        }
+        puts.clear();
+        dels.clear();
+    }
+    eng.sync()?;
+    let user = live.iter().filter(|l| **l).count() as f64 * (16 + VALUE_LEN) as f64;
+    let churned = dir_bytes(dir) as f64 / user;
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    let idle = dir_bytes(dir) as f64 / user;
+    let full = if eng.compact_full()? {
+        eng.sync()?;
+        Some(dir_bytes(dir) as f64 / user)
+    } else {
+        None
+    };
+    Ok(json!({
+        "space_churned": churned,
+        "space_idle": idle,
+        "space_full": full,
+        "rss_space": peak_rss(),
+    }))
+}

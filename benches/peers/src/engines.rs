@@ -119,6 +119,10 @@ pub trait Engine: Send + Sync {
     fn note(&self) -> Option<String> {
         None
     }
+    /// The engine's own full compaction, where it has one (false if not: sled).
+    fn compact_full(&mut self) -> Res<bool> {
+        Ok(false)
+    }
 }
 
 pub fn open(kind: Kind, dir: &Path, o: &OpenOpts) -> Res<Box<dyn Engine>> {
@@ -204,6 +208,10 @@ impl Engine for Ebb {
         // Native TTL; upkeep is the background worker's alone (issue 17: no `compact()` here).
         Ok(true)
     }
+    fn compact_full(&mut self) -> Res<bool> {
+        self.store.compact_full()?;
+        Ok(true)
+    }
     fn live_count(&self) -> Res<Option<u64>> {
         Ok(Some(self.ks.len()? as u64))
     }
@@ -276,6 +284,14 @@ impl Engine for Redb {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(REDB_TABLE)?;
         Ok(t.get(key)?.map(|g| g.value().to_vec()))
+    }
+    fn compact_full(&mut self) -> Res<bool> {
+        // A durable commit first (relaxed commits are pending), then compaction until it
+        // reports nothing left to do.
+        let tx = self.db.begin_write()?;
+        tx.commit()?;
+        while self.db.compact()? {}
+        Ok(true)
     }
     fn delete_batch(&self, keys: &[Vec<u8>]) -> Res<()> {
         self.write(|t| {

@@ -78,7 +78,7 @@ impl Config {
     }
 }
 
-const PHASES: [&str; 5] = ["load", "reopen", "durable", "ttl", "nottl"];
+const PHASES: [&str; 6] = ["load", "reopen", "durable", "space", "ttl", "nottl"];
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -128,6 +128,7 @@ fn child(phase: &str, cfg: Config) -> Res<Value> {
         "load" => bench::load(kind, &dir, cfg.n),
         "reopen" => bench::reopen(kind, &dir, cfg.n),
         "durable" => bench::durable(kind, &dir, cfg.durable_1, cfg.durable_4),
+        "space" => bench::space(kind, &dir, cfg.n),
         "ttl" => ttl::churn(kind, &dir, cfg.ttl, true),
         "nottl" => ttl::churn(kind, &dir, cfg.ttl, false),
         "keepsup" => keeps_up::run(kind, &dir, keeps_up::secs()),

@@ -115,6 +115,10 @@ impl Fjall {
 }
 
 impl Engine for Fjall {
+    fn compact_full(&mut self) -> Res<bool> {
+        self.ks.major_compact()?;
+        Ok(true)
+    }
     fn put(&self, key: &[u8], value: &[u8]) -> Res<()> {
         self.ks.insert(key, value)?;
         self.after_write()
@@ -285,6 +289,10 @@ impl Rocks {
 
 #[cfg(feature = "rocksdb")]
 impl Engine for Rocks {
+    fn compact_full(&mut self) -> Res<bool> {
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        Ok(true)
+    }
     fn put(&self, key: &[u8], value: &[u8]) -> Res<()> {
         Ok(self.db.put_opt(key, value, &self.wo)?)
     }

@@ -50,6 +50,12 @@ Other notes:
   run to run by 2× or more: compare these rows with care.
 - Reads after reopen run in a new process (engine caches cold), but the OS page cache is not
   dropped. Peak RSS is VmHWM of the child process that ran the phase.
+- Space after churn: a fresh directory, the fill, then one operation per key in 1,000-op
+  batches (each batch's puts, then its deletes); disk (files counted as min(length,
+  allocated)) over 116 bytes per key the harness knows to be live. The full compaction is each
+  engine's own call (ebbdb `compact_full`, redb `compact` after a durable commit, until it
+  reports nothing left, fjall `major_compact`, RocksDB `compact_range` over everything; sled
+  has none), measured when the call returns.
 ";
 
 pub struct Run {
@@ -331,6 +337,27 @@ pub fn write(docs: &Path, run: &Run) -> Res<()> {
         "disk after the fill (MiB)",
         "disk_after_fill",
         mib,
+    );
+    row(
+        &mut o,
+        run,
+        "disk / live bytes after churn (fill, then 1 op per key: ½ overwrites, ¼ deletes, ¼ new keys)",
+        "space_churned",
+        1.0,
+    );
+    row(
+        &mut o,
+        run,
+        "the same after 10 idle seconds (background work only)",
+        "space_idle",
+        1.0,
+    );
+    row(
+        &mut o,
+        run,
+        "the same after the engine's full compaction (sled has none)",
+        "space_full",
+        1.0,
     );
     row(
         &mut o,
