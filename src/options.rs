@@ -93,6 +93,10 @@ pub struct Options {
     /// eighth of it (`compaction::policy::hint_worth`). Only the `test-hooks` feature sets it,
     /// so that test stores of small records keep going through the hint paths.
     pub(crate) hint_every_segment: bool,
+    /// A clean close seals an active segment holding at least this many bytes, to write its
+    /// hint (`Inner::seal_large_active`). Only the `test-hooks` feature changes it, so that
+    /// small test stores take that path under their crash tests too.
+    pub(crate) close_seal_bytes: u64,
 }
 
 impl Default for Options {
@@ -109,6 +113,7 @@ impl Default for Options {
             use_hints: true,
             open_shard_records: crate::engine::OPEN_SHARD_RECORDS,
             hint_every_segment: false,
+            close_seal_bytes: crate::engine::CLOSE_SEAL_BYTES,
         }
     }
 }
@@ -127,6 +132,7 @@ impl fmt::Debug for Options {
             .field("use_hints", &self.use_hints)
             .field("open_shard_records", &self.open_shard_records)
             .field("hint_every_segment", &self.hint_every_segment)
+            .field("close_seal_bytes", &self.close_seal_bytes)
             .finish()
     }
 }
@@ -188,6 +194,17 @@ impl Options {
     #[must_use]
     pub fn hint_every_segment(mut self, on: bool) -> Self {
         self.hint_every_segment = on;
+        self
+    }
+
+    /// A clean close seals the active segment once it holds this many bytes (16 MiB by
+    /// default), so that the close writes its hint. Test stores are small, and a few hundred
+    /// bytes take them down that path.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn close_seal_bytes(mut self, bytes: u64) -> Self {
+        self.close_seal_bytes = bytes;
         self
     }
 

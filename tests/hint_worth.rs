@@ -223,3 +223,66 @@ fn a_merge_output_left_without_a_hint_is_not_taken_up_again_after_a_reopen() {
     }
     assert_eq!(hint_files(dir.path()), 0);
 }
+
+#[test]
+fn a_clean_close_seals_a_large_active_segment_so_that_it_gets_its_hint() {
+    // 170,000 records of about 136 bytes in random key order: 23 MiB, all in the active
+    // segment (64 MiB by default). The close seals it and writes its hint; the next session
+    // appends to a new active segment, and its close, with little written, seals nothing.
+    let dir = tempfile::tempdir().expect("dir");
+    let c = clock();
+    let o = || Options::default().clock(c.clone()).sync(SyncPolicy::Never);
+    let n = 170_000;
+    let k = |i: usize| {
+        let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        x ^= x >> 31;
+        let mut key = x.to_be_bytes().to_vec();
+        key.extend_from_slice(&(i as u64).to_be_bytes());
+        key
+    };
+    {
+        let store = Store::open_with(dir.path(), o()).expect("open");
+        let ks = store
+            .create_keyspace("ks", DefaultTtl::Off)
+            .expect("keyspace");
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1_000) {
+            let mut b = ebbdb::WriteBatch::new();
+            for &i in chunk {
+                b.put(&ks, k(i), [(i % 251) as u8; 100]);
+            }
+            store.write_batch(b).expect("batch");
+        }
+        assert_eq!(
+            segments(dir.path()).expect("segments").len(),
+            1,
+            "all active"
+        );
+    }
+    assert_eq!(
+        segments(dir.path()).expect("segments").len(),
+        2,
+        "sealed at close"
+    );
+    assert_eq!(hint_files(dir.path()), 1, "and hinted");
+    {
+        let store = Store::open_with(dir.path(), o()).expect("reopen");
+        let ks = store.keyspace("ks").expect("keyspace");
+        assert_eq!(ks.len().expect("len"), n);
+        for i in (0..n).step_by(97) {
+            assert_eq!(
+                ks.get(k(i)).expect("get"),
+                Some(vec![(i % 251) as u8; 100]),
+                "key {i}"
+            );
+        }
+        ks.put(b"one more", b"small").expect("put");
+    }
+    assert_eq!(
+        segments(dir.path()).expect("segments").len(),
+        2,
+        "a small active segment stays active"
+    );
+    let store = Store::open_with(dir.path(), o()).expect("reopen");
+    let ks = store.keyspace("ks").expect("keyspace");
+    assert_eq!(ks.len().expect("len"), n + 1);
+}

@@ -347,6 +347,10 @@ fn cycle(seed: u64) -> Result<bool, String> {
     // default, under which a segment of records this small (values of 8-307 bytes) mostly goes
     // without one and is scanned at open. Independent of the choices above.
     let hint_all = (seed / 5).is_multiple_of(2);
+    // Half the cycles, chosen apart again, seal the active segment at every clean close once
+    // it holds 512 bytes (by default 16 MiB, which these stores never reach), so that a
+    // close's rotation and hint meet the power cut too.
+    let close_seal = (seed / 7).is_multiple_of(2);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let clock = ManualClock::at_unix_secs(T0);
     let opts = Options::default()
@@ -356,10 +360,15 @@ fn cycle(seed: u64) -> Result<bool, String> {
         .compaction_dead_ratio(0.2 + 0.1 * rng.below(5) as f64)
         .open_shard_records(per_shard)
         .hint_every_segment(hint_all);
+    let opts = if close_seal {
+        opts.close_seal_bytes(512)
+    } else {
+        opts
+    };
     let ctx = |what: &str| {
         format!(
             "seed {seed} ({sync:?}, power loss: {power}, {per_shard} records per shard, \
-             hint for every segment: {hint_all}): {what}"
+             hint for every segment: {hint_all}, close seals from 512 bytes: {close_seal}): {what}"
         )
     };
     faults::track(dir.path()).map_err(|e| ctx(&e.to_string()))?;

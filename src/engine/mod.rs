@@ -101,6 +101,10 @@ pub struct Store {
 /// The most segment bytes a close scans to write missing hints (`Inner::write_missing_hints`).
 const CLOSE_HINT_BYTES: u64 = 256 << 20;
 
+/// A clean close seals an active segment this large, to write its hint
+/// ([`Inner::seal_large_active`]; `Options::close_seal_bytes`, a test hook, changes it).
+pub(crate) const CLOSE_SEAL_BYTES: u64 = 16 << 20;
+
 /// Stops the worker and flushes when the last user-facing handle goes away.
 #[derive(Debug)]
 struct Guard {
@@ -920,8 +924,29 @@ impl Inner {
         let _ =
             crate::faults::sync_file(&self.clock_sync, &self.dir.join(clockfile::FILE_NAME), true);
         if synced {
+            self.seal_large_active();
             self.write_missing_hints();
         }
+    }
+
+    /// At a clean close, seals the active segment if it holds at least
+    /// [`CLOSE_SEAL_BYTES`] (`Options::close_seal_bytes`), so that the close can write its hint: the active segment never
+    /// has one (the next session appends to it), and an open scans it and, its records in
+    /// write order, sorts them. After a fill of 1 M random keys and overwrites that left
+    /// half the data in the active segment, that was most of the open (DESIGN.md §2.3).
+    /// Smaller active segments stay as they are: a new, nearly empty active segment per
+    /// session is not worth it for a few megabytes. A failure leaves the segment active (a
+    /// failed rotation poisons the store, and nothing more is written).
+    fn seal_large_active(&self) {
+        let mut log = self.log.lock();
+        if log.active.len() < self.opts.close_seal_bytes || self.poisoned.load(Ordering::Acquire) {
+            return;
+        }
+        if self.rotate(&mut log).is_err() {
+            return;
+        }
+        drop(log);
+        let _ = self.commit_rotations();
     }
 
     /// At a clean close, the hints of sealed segments still without one: sealed shortly
