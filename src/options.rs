@@ -197,7 +197,7 @@ impl Options {
         self
     }
 
-    /// A clean close seals the active segment once it holds this many bytes (16 MiB by
+    /// A clean close seals the active segment once it holds this many bytes (4 MiB by
     /// default), so that the close writes its hint. Test stores are small, and a few hundred
     /// bytes take them down that path.
     #[cfg(feature = "test-hooks")]

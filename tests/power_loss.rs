@@ -348,7 +348,7 @@ fn cycle(seed: u64) -> Result<bool, String> {
     // without one and is scanned at open. Independent of the choices above.
     let hint_all = (seed / 5).is_multiple_of(2);
     // Half the cycles, chosen apart again, seal the active segment at every clean close once
-    // it holds 512 bytes (by default 16 MiB, which these stores never reach), so that a
+    // it holds 512 bytes (by default 4 MiB, which these stores never reach), so that a
     // close's rotation and hint meet the power cut too.
     let close_seal = (seed / 7).is_multiple_of(2);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;

@@ -103,7 +103,7 @@ const CLOSE_HINT_BYTES: u64 = 256 << 20;
 
 /// A clean close seals an active segment this large, to write its hint
 /// ([`Inner::seal_large_active`]; `Options::close_seal_bytes`, a test hook, changes it).
-pub(crate) const CLOSE_SEAL_BYTES: u64 = 16 << 20;
+pub(crate) const CLOSE_SEAL_BYTES: u64 = 4 << 20;
 
 /// Stops the worker and flushes when the last user-facing handle goes away.
 #[derive(Debug)]
