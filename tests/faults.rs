@@ -117,6 +117,9 @@ fn opts(c: &ManualClock) -> Options {
         .clock(c.clone())
         .sync(SyncPolicy::Always)
         .segment_size(4096)
+        // Every clean close seals its active segment (a test hook; 4 MiB by default), so the
+        // injected faults also meet a close's rotation and hint.
+        .close_seal_bytes(512)
 }
 
 fn contents(dir: &Path, c: &ManualClock) -> ebbdb::Result<Option<Model>> {

@@ -286,3 +286,48 @@ fn a_clean_close_seals_a_large_active_segment_so_that_it_gets_its_hint() {
     let ks = store.keyspace("ks").expect("keyspace");
     assert_eq!(ks.len().expect("len"), n + 1);
 }
+
+#[test]
+fn sessions_that_each_seal_a_small_segment_do_not_pile_up_files() {
+    // Every session adds 5 KiB of new keys and closes, which seals its active segment (the
+    // test hook lowers the close's threshold to 4 KiB): one small segment per session, none
+    // with a dead byte. Eight of them, half a segment (32 KiB) in all, are merged together.
+    let dir = tempfile::tempdir().expect("dir");
+    let c = clock();
+    let o = || {
+        opts(&c)
+            .close_seal_bytes(4 * 1024)
+            .hint_every_segment(false)
+    };
+    let sessions = 40;
+    let per = 40;
+    let mut most = 0;
+    for s in 0..sessions {
+        let store = Store::open_with(dir.path(), o()).expect("open");
+        let ks = store
+            .keyspace_or_create("ks", DefaultTtl::Off)
+            .expect("keyspace");
+        for i in 0..per {
+            ks.put(key(s * per + i), [7u8; 100]).expect("put");
+        }
+        store.compact().expect("compact");
+        drop(ks);
+        drop(store);
+        most = most.max(segments(dir.path()).expect("segments").len());
+    }
+    // Up to seven small ones waiting, the merged ones (about 43 KiB each), the active one.
+    assert!(
+        most <= 16,
+        "at most {most} segments over {sessions} sessions"
+    );
+    let store = Store::open_with(dir.path(), o()).expect("open");
+    let ks = store.keyspace("ks").expect("keyspace");
+    assert_eq!(ks.len().expect("len"), sessions * per);
+    for i in 0..sessions * per {
+        assert_eq!(
+            ks.get(key(i)).expect("get"),
+            Some(vec![7u8; 100]),
+            "key {i}"
+        );
+    }
+}

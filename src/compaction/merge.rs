@@ -864,6 +864,7 @@ fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<C
         early_drop: early_drop.then(|| inner.ttl_epoch.load(Ordering::Acquire)),
         idle_below,
         reclaim_gen: log.reclaim_gen,
+        coalesce_below: inner.opts.segment_size / 2,
     };
     let sel = policy::select(&candidates, &log.segstats, now, &rules, full);
     if sel.is_empty() {

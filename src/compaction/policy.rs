@@ -166,7 +166,17 @@ pub struct Rules {
     /// mostly live segment keeps needed was merged at every chance (77 merges in one
     /// `compact()` of a probe).
     pub reclaim_gen: u64,
+    /// Sealed segments smaller than this that hold a record that never expires are merged
+    /// together once there are [`COALESCE_MIN_SEGMENTS`] of them with at least this many
+    /// bytes in all (0: never): half the segment size. A clean close seals an active segment
+    /// of a few megabytes (`Inner::seal_large_active`), so a store that only gains keys and
+    /// is opened and closed often would otherwise keep one small file per session for good
+    /// (a review's probe: 200 sessions, 201 segments); merge outputs' last files are small too.
+    pub coalesce_below: u64,
 }
+
+/// How many small sealed segments (`Rules::coalesce_below`) it takes to merge them together.
+pub const COALESCE_MIN_SEGMENTS: usize = 8;
 
 /// True when every record of `s` still counted live has expired at `now` by its `dies_by`,
 /// computed under the default-TTL history of `epoch` or later (a default change can move
@@ -202,8 +212,11 @@ pub fn select(
         early_drop,
         idle_below,
         reclaim_gen,
+        coalesce_below,
     } = *rules;
     let mut sel = Selection::default();
+    // Small segments the rules below leave alone, that will not die by themselves.
+    let mut small: Vec<u32> = Vec::new();
     for &id in sealed {
         let s = stats.get(&id).copied().unwrap_or_default();
         let dead_ratio = dead_ratio_when(dead_ratio, idle_below.is_some_and(|below| id < below));
@@ -224,7 +237,17 @@ pub fn select(
             // Left to die whole.
         } else if s.dead >= s.total || (s.dead > 0 && s.dead_share() >= dead_ratio) {
             sel.merge.push(id);
+        } else if s.total < coalesce_below && s.dies_by == ttl::NEVER {
+            small.push(id);
         }
+    }
+    if !full
+        && small.len() >= COALESCE_MIN_SEGMENTS
+        && small.iter().map(|id| stats.get(id).map_or(0, |s| s.total)).sum::<u64>()
+            >= coalesce_below
+    {
+        sel.merge.extend(small);
+        sel.merge.sort_unstable();
     }
     if !full {
         let stat = |id: &u32| stats.get(id).copied().unwrap_or_default();
@@ -295,7 +318,51 @@ mod tests {
             early_drop: None,
             idle_below: None,
             reclaim_gen: 0,
+            coalesce_below: 0,
         }
+    }
+
+    #[test]
+    fn small_lasting_segments_are_merged_together_once_there_are_enough() {
+        let half = 1_000;
+        let small = |total: u64| st(total, 0, 0, ttl::NEVER);
+        let rules = Rules {
+            coalesce_below: half,
+            ..rules(0.5, 600, u64::MAX)
+        };
+        let mut m = HashMap::new();
+        for id in 1..=7 {
+            m.insert(id, small(200));
+        }
+        let ids: Vec<u32> = (1..=7).collect();
+        assert!(select(&ids, &m, 2000, &rules, false).is_empty(), "seven");
+        m.insert(8, small(200));
+        let ids: Vec<u32> = (1..=8).collect();
+        assert_eq!(select(&ids, &m, 2000, &rules, false).merge, ids, "eight");
+        // Eight, but less than half a segment in all: not yet.
+        let mut tiny = HashMap::new();
+        for id in 1..=8 {
+            tiny.insert(id, small(100));
+        }
+        assert!(select(&ids, &tiny, 2000, &rules, false).is_empty());
+        // A segment of half the size or more, or one whose records all expire, is not small.
+        m.insert(8, small(half));
+        assert!(select(&ids, &m, 2000, &rules, false).is_empty());
+        m.insert(
+            8,
+            SegStats {
+                dies_by: 5_000,
+                ..small(200)
+            },
+        );
+        assert!(select(&ids, &m, 2000, &rules, false).is_empty());
+        // Off when 0.
+        m.insert(8, small(200));
+        let off = Rules {
+            coalesce_below: 0,
+            ..rules
+        };
+        assert!(select(&ids, &m, 2000, &off, false).is_empty());
     }
 
     fn st(total: u64, dead: u64, shadowing: u64, oldest: u64) -> SegStats {

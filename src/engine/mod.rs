@@ -939,7 +939,10 @@ impl Inner {
     /// failed rotation poisons the store, and nothing more is written).
     fn seal_large_active(&self) {
         let mut log = self.log.lock();
-        if log.active.len() < self.opts.close_seal_bytes || self.poisoned.load(Ordering::Acquire) {
+        if log.active.is_empty()
+            || log.active.len() < self.opts.close_seal_bytes
+            || self.poisoned.load(Ordering::Acquire)
+        {
             return;
         }
         if self.rotate(&mut log).is_err() {
