@@ -168,7 +168,7 @@ pub struct Rules {
     pub reclaim_gen: u64,
     /// Sealed segments smaller than this that hold a record that never expires are merged
     /// together once there are [`COALESCE_MIN_SEGMENTS`] of them with at least this many
-    /// bytes in all (0: never): half the segment size. A clean close seals an active segment
+    /// bytes in all and nothing else is to be merged (0: never): half the segment size. A clean close seals an active segment
     /// of a few megabytes (`Inner::seal_large_active`), so a store that only gains keys and
     /// is opened and closed often would otherwise keep one small file per session for good
     /// (a review's probe: 200 sessions, 201 segments); merge outputs' last files are small too.
@@ -241,7 +241,10 @@ pub fn select(
             small.push(id);
         }
     }
+    // Housekeeping, so only when there is nothing else to merge: under churn the merges that
+    // reclaim space come first, and a merge's small last output may yet be merged with them.
     if !full
+        && sel.merge.is_empty()
         && small.len() >= COALESCE_MIN_SEGMENTS
         && small.iter().map(|id| stats.get(id).map_or(0, |s| s.total)).sum::<u64>()
             >= coalesce_below
@@ -345,6 +348,11 @@ mod tests {
             tiny.insert(id, small(100));
         }
         assert!(select(&ids, &tiny, 2000, &rules, false).is_empty());
+        // Not while another segment is due for a merge (it goes alone).
+        m.insert(9, st(100, 60, 0, ttl::NEVER));
+        let with_due: Vec<u32> = (1..=9).collect();
+        assert_eq!(select(&with_due, &m, 2000, &rules, false).merge, vec![9]);
+        m.remove(&9);
         // A segment of half the size or more, or one whose records all expire, is not small.
         m.insert(8, small(half));
         assert!(select(&ids, &m, 2000, &rules, false).is_empty());
