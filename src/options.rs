@@ -97,6 +97,9 @@ pub struct Options {
     /// hint (`Inner::seal_large_active`). Only the `test-hooks` feature changes it, so that
     /// small test stores take that path under their crash tests too.
     pub(crate) close_seal_bytes: u64,
+    /// The most segment bytes a clean close scans to write missing hints
+    /// (`Inner::write_missing_hints`). Only the `test-hooks` feature changes it.
+    pub(crate) close_hint_bytes: u64,
 }
 
 impl Default for Options {
@@ -114,6 +117,7 @@ impl Default for Options {
             open_shard_records: crate::engine::OPEN_SHARD_RECORDS,
             hint_every_segment: false,
             close_seal_bytes: crate::engine::CLOSE_SEAL_BYTES,
+            close_hint_bytes: crate::engine::CLOSE_HINT_BYTES,
         }
     }
 }
@@ -133,6 +137,7 @@ impl fmt::Debug for Options {
             .field("open_shard_records", &self.open_shard_records)
             .field("hint_every_segment", &self.hint_every_segment)
             .field("close_seal_bytes", &self.close_seal_bytes)
+            .field("close_hint_bytes", &self.close_hint_bytes)
             .finish()
     }
 }
@@ -205,6 +210,16 @@ impl Options {
     #[must_use]
     pub fn close_seal_bytes(mut self, bytes: u64) -> Self {
         self.close_seal_bytes = bytes;
+        self
+    }
+
+    /// The most segment bytes a clean close scans to write the hints still missing (256 MiB
+    /// by default), so that tests reach the budget with small stores.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn close_hint_bytes(mut self, bytes: u64) -> Self {
+        self.close_hint_bytes = bytes;
         self
     }
 

@@ -331,3 +331,55 @@ fn sessions_that_each_seal_a_small_segment_do_not_pile_up_files() {
         );
     }
 }
+
+#[test]
+fn a_close_spends_its_hint_budget_only_on_segments_it_scans() {
+    // Ten sealed segments of small records in key order (no hint; open knows their order),
+    // then a session that writes random keys and closes: the close seals that active segment
+    // and must write its hint. The close's budget (100 KiB here, a test hook) is smaller than
+    // the ordered segments, which it passes by without scanning and must not charge.
+    let dir = tempfile::tempdir().expect("dir");
+    let c = clock();
+    let o = || {
+        opts(&c)
+            .close_seal_bytes(8 * 1024)
+            .close_hint_bytes(100 * 1024)
+    };
+    {
+        let store = Store::open_with(dir.path(), o()).expect("open");
+        let ks = store
+            .create_keyspace("ks", DefaultTtl::Off)
+            .expect("keyspace");
+        for i in 0..5_000 {
+            ks.put(key(i), [1u8; 100]).expect("put");
+        }
+    }
+    let before = segments(dir.path()).expect("segments").len();
+    assert!(before > 10, "{before} segments");
+    assert_eq!(hint_files(dir.path()), 0, "small records in key order");
+    {
+        let store = Store::open_with(dir.path(), o()).expect("reopen");
+        let ks = store.keyspace("ks").expect("keyspace");
+        for i in 0..100 {
+            ks.put(key(5_000 + shuffled(i)), [2u8; 100]).expect("put");
+        }
+    }
+    assert_eq!(
+        segments(dir.path()).expect("segments").len(),
+        before + 1,
+        "the close sealed the active segment"
+    );
+    assert_eq!(
+        hint_files(dir.path()),
+        1,
+        "and wrote its hint within the budget"
+    );
+    let store = Store::open_with(dir.path(), o()).expect("reopen");
+    let ks = store.keyspace("ks").expect("keyspace");
+    assert_eq!(ks.len().expect("len"), 5_100);
+    assert_eq!(ks.get(key(4_999)).expect("get"), Some(vec![1u8; 100]));
+    assert_eq!(
+        ks.get(key(5_000 + shuffled(7))).expect("get"),
+        Some(vec![2u8; 100])
+    );
+}

@@ -99,7 +99,7 @@ pub struct Store {
 }
 
 /// The most segment bytes a close scans to write missing hints (`Inner::write_missing_hints`).
-const CLOSE_HINT_BYTES: u64 = 256 << 20;
+pub(crate) const CLOSE_HINT_BYTES: u64 = 256 << 20;
 
 /// A clean close seals an active segment this large, to write its hint
 /// ([`Inner::seal_large_active`]; `Options::close_seal_bytes`, a test hook, changes it).
@@ -957,7 +957,8 @@ impl Inner {
     /// come. The next open would scan them. Only segments whose rotation is committed (a
     /// segment the manifest on disk still names as active may be appended to by the next
     /// session, and a hint written now would hide those records from later opens), only when
-    /// the close's sync succeeded, and at most [`CLOSE_HINT_BYTES`] of segments (a store
+    /// the close's sync succeeded, and at most [`CLOSE_HINT_BYTES`] of segments
+    /// (`Options::close_hint_bytes`, a test hook; a store
     /// opened over many unhinted segments catches up over several closes; a segment known to
     /// need none, small records in key order, is skipped without being charged). Those about
     /// to die whole stay without one (`write_hint_for` sets them aside); a failure only leaves
@@ -977,7 +978,7 @@ impl Inner {
             .values()
             .map(|s| (s.id, s.len()))
             .collect();
-        let mut budget = CLOSE_HINT_BYTES;
+        let mut budget = self.opts.close_hint_bytes;
         for (id, len) in sealed {
             if uncommitted.contains(&id)
                 || crate::log::hint_path(&self.dir, id).exists()
