@@ -57,12 +57,13 @@ const SHORT_LIVED_GRACE_SECS: u64 = 2 * policy::SHORT_LIVED_SECS;
 
 /// Writes the hint file of sealed segment `id` (if it is still published and has none),
 /// unless its records are small and in key order (`policy::hint_worth`: then it never gets
-/// one, and opens scan it), or unless the segment is about to die whole (`policy::dying_soon`), or, with
-/// [`HintWait::IfShortLived`], at least half of its bytes were due within a minute of being
-/// written (`policy::short_lived`): then it is set aside in `hints_deferred`, because a hint
-/// only speeds up opening and this segment will be dropped, or merged, within about a
-/// minute (a merge's outputs follow the same rule, `merge::Outputs::finish`). Under TTL churn that saves writing (and sorting)
-/// a hint of about a fifth of every segment's size, and the disk space it holds.
+/// one, and opens scan it), or unless the segment is about to die whole
+/// (`policy::dying_soon`), or, with [`HintWait::IfShortLived`], at least half of its bytes
+/// were due within a minute of being written (`policy::short_lived`): then it is set aside
+/// in `hints_deferred`, because a hint only speeds up opening and this segment will be
+/// dropped, or merged, within about a minute (a merge's outputs follow the same rule,
+/// `merge::Outputs::finish`). Under TTL churn that saves writing (and sorting) a hint of
+/// about a fifth of every segment's size, and the disk space it holds.
 /// [`write_deferred_hints`] writes it after all if the segment outlives its expected end.
 /// Returns true when the segment was set aside (or stays so, from when it first was).
 pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<bool> {

@@ -929,10 +929,10 @@ impl Inner {
         }
     }
 
-    /// At a clean close, seals the active segment if it holds at least
-    /// [`CLOSE_SEAL_BYTES`] (`Options::close_seal_bytes`), so that the close can write its hint: the active segment never
-    /// has one (the next session appends to it), and an open scans it and, its records in
-    /// write order, sorts them. After a fill of 1 M random keys and overwrites that left
+    /// At a clean close, seals the active segment if it holds at least [`CLOSE_SEAL_BYTES`]
+    /// (`Options::close_seal_bytes`), so that the close can write its hint: the active
+    /// segment never has one (the next session appends to it), and an open scans it and, its
+    /// records in write order, sorts them. After a fill of 1 M random keys and overwrites that left
     /// half the data in the active segment, that was most of the open (DESIGN.md §2.3).
     /// Smaller active segments stay as they are: a new, nearly empty active segment per
     /// session is not worth it for a few megabytes. A failure leaves the segment active (a
