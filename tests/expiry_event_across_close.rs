@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{clock, opts};
+use common::{clock, opts, spawn_upkeep};
 use ebbdb::{DefaultTtl, Keyspace, Store};
 
 const WRITERS: usize = 2;
@@ -117,21 +117,7 @@ fn run_once(seed: u64) -> ebbdb::Result<()> {
             Ok(changes)
         })
     };
-    let upkeep = {
-        let (store, stop, c) = (store.clone(), Arc::clone(&stop), c.clone());
-        std::thread::spawn(move || -> ebbdb::Result<()> {
-            let mut n = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                if n.is_multiple_of(2) {
-                    c.advance(Duration::from_millis(700));
-                }
-                store.maintain()?;
-                store.compact()?;
-                n += 1;
-            }
-            Ok(())
-        })
-    };
+    let upkeep = spawn_upkeep(&store, &stop, &c, 2, Duration::from_millis(700));
     for w in writers {
         w.join().expect("writer")?;
     }

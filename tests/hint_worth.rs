@@ -294,11 +294,7 @@ fn sessions_that_each_seal_a_small_segment_do_not_pile_up_files() {
     // with a dead byte. Eight of them, half a segment (32 KiB) in all, are merged together.
     let dir = tempfile::tempdir().expect("dir");
     let c = clock();
-    let o = || {
-        opts(&c)
-            .close_seal_bytes(4 * 1024)
-            .hint_every_segment(false)
-    };
+    let o = || opts(&c).close_seal_bytes(4 * 1024);
     let sessions = 40;
     let per = 40;
     let mut most = 0;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{clock, opts};
+use common::{clock, opts, spawn_upkeep};
 use ebbdb::{DefaultTtl, Keyspace, Store};
 
 const WRITERS: usize = 2;
@@ -71,21 +71,7 @@ fn default_changes_racing_writers_merges_and_expiry_lose_nothing() -> ebbdb::Res
             Ok(n)
         })
     };
-    let upkeep = {
-        let (store, stop, c) = (store.clone(), Arc::clone(&stop), c.clone());
-        std::thread::spawn(move || -> ebbdb::Result<()> {
-            let mut n = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                if n.is_multiple_of(3) {
-                    c.advance(Duration::from_secs(1));
-                }
-                store.maintain()?;
-                store.compact()?;
-                n += 1;
-            }
-            Ok(())
-        })
-    };
+    let upkeep = spawn_upkeep(&store, &stop, &c, 3, Duration::from_secs(1));
     for w in writers {
         w.join().expect("writer")?;
     }

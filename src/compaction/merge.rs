@@ -194,7 +194,7 @@ impl Outputs<'_> {
             // The current epoch, as `write_hint_for` reads it: a default changed during the
             // merge makes the outputs' deadlines stale, and then their hints do not wait.
             let epoch = self.inner.ttl_epoch.load(Ordering::Acquire);
-            let (entries, _, descents) = o.hint.shape();
+            let (entries, descents) = o.hint.shape();
             o.stats.key_ordered = policy::few_runs(descents, entries);
             let s = &o.stats;
             let always = self.inner.opts.hint_every_segment;

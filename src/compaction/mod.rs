@@ -74,19 +74,20 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<b
     let always = inner.opts.hint_every_segment;
     // `small`: the hint would take more than an eighth of the segment; it is then written
     // only if the records are out of key order (`policy::hint_worth`), which a scan finds out
-    // unless open or a merge already did (`known_without_hint`).
-    let (small, defer) = {
+    // unless open or a merge already did (`key_ordered`).
+    let (small, ordered, defer) = {
         let log = inner.log.lock();
         // Read under the log mutex, which a default-TTL change holds while it bumps it.
         let epoch = inner.ttl_epoch.load(Ordering::Acquire);
-        log.segstats.get(&id).map_or((false, false), |s| {
+        log.segstats.get(&id).map_or((false, false, false), |s| {
             (
                 !policy::hint_worth(s.hint_bytes, s.total, true, always),
+                s.key_ordered,
                 wait.holds(s, now, epoch),
             )
         })
     };
-    if small && known_without_hint(inner, id) {
+    if small && ordered {
         return Ok(false);
     }
     if defer {
@@ -118,7 +119,7 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<b
         }
         return Ok(false);
     }
-    let (entries, _, descents) = w.shape();
+    let (entries, descents) = w.shape();
     if small && policy::few_runs(descents, entries) {
         // Small records in key order: opens scan this segment. Noted, so that a close's pass
         // over the segments without a hint does not scan it again.
@@ -131,8 +132,8 @@ pub(crate) fn write_hint_for(inner: &Inner, id: u32, wait: HintWait) -> Result<b
 }
 
 /// True when sealed segment `id` is known to need no hint: small records known to be in key
-/// order (`policy::hint_worth`). [`write_hint_for`] then returns without scanning it, and a
-/// close's pass over the segments without a hint skips it without charging its budget.
+/// order (`policy::hint_worth`). A close's pass over the segments without a hint skips it
+/// without charging its budget ([`write_hint_for`] reads the same counters itself).
 pub(crate) fn known_without_hint(inner: &Inner, id: u32) -> bool {
     let always = inner.opts.hint_every_segment;
     inner

@@ -73,8 +73,6 @@ pub struct HintWriter {
     count: u64,
     /// Where each encoded entry lies in `buf`, for sorting in `finish`.
     spans: Vec<(usize, usize)>,
-    /// Key bytes of the entries added.
-    key_bytes: u64,
     /// Entries that sort before the entry added last in their keyspace (key, then newest
     /// first): breaks in the key order of the segment's records, keyspace by keyspace.
     descents: u64,
@@ -96,18 +94,17 @@ impl HintWriter {
             buf,
             count: 0,
             spans: Vec::new(),
-            key_bytes: 0,
             descents: 0,
             last: Vec::new(),
         }
     }
 
-    /// `(entries, key bytes, descents)` of what was added: the entries, their keys' bytes,
-    /// and how many entries sort before the one added last in their keyspace (0 for records
-    /// added in key order, keyspace by keyspace, as open loads them).
+    /// `(entries, descents)` of what was added: the entries, and how many of them sort
+    /// before the one added last in their keyspace (0 for records added in key order,
+    /// keyspace by keyspace, as open loads them).
     #[must_use]
-    pub fn shape(&self) -> (u64, u64, u64) {
-        (self.count, self.key_bytes, self.descents)
+    pub fn shape(&self) -> (u64, u64) {
+        (self.count, self.descents)
     }
 
     /// Adds the entry for a record at `offset` of length `len`.
@@ -138,7 +135,6 @@ impl HintWriter {
             }
             None => self.last.push((meta.keyspace, here)),
         }
-        self.key_bytes += key.len() as u64;
         let start = self.buf.len();
         self.buf.extend_from_slice(&e);
         self.buf.extend_from_slice(key);
@@ -386,20 +382,20 @@ mod tests {
             }
             w.shape()
         };
-        assert_eq!(shape(&[]), (0, 0, 0));
-        assert_eq!(shape(&[(1, 1, b"a"), (1, 2, b"b"), (1, 3, b"bb")]), (3, 4, 0));
-        assert_eq!(shape(&[(1, 1, b"b"), (1, 2, b"a")]), (2, 2, 1), "smaller key");
+        assert_eq!(shape(&[]), (0, 0));
+        assert_eq!(shape(&[(1, 1, b"a"), (1, 2, b"b"), (1, 3, b"bb")]), (3, 0));
+        assert_eq!(shape(&[(1, 1, b"b"), (1, 2, b"a")]), (2, 1), "smaller key");
         // The same key: newest first is in order, oldest first is not.
-        assert_eq!(shape(&[(1, 9, b"k"), (1, 3, b"k")]), (2, 2, 0));
-        assert_eq!(shape(&[(1, 3, b"k"), (1, 9, b"k")]), (2, 2, 1));
+        assert_eq!(shape(&[(1, 9, b"k"), (1, 3, b"k")]), (2, 0));
+        assert_eq!(shape(&[(1, 3, b"k"), (1, 9, b"k")]), (2, 1));
         // Keyspace by keyspace (open loads each apart): interleaved is no break, a smaller
         // key than the last of the same keyspace is.
-        assert_eq!(shape(&[(1, 1, b"a"), (2, 2, b"a"), (1, 3, b"b")]), (3, 3, 0));
-        assert_eq!(shape(&[(1, 1, b"z"), (2, 2, b"a"), (1, 3, b"a")]), (3, 3, 1));
+        assert_eq!(shape(&[(1, 1, b"a"), (2, 2, b"a"), (1, 3, b"b")]), (3, 0));
+        assert_eq!(shape(&[(1, 1, b"z"), (2, 2, b"a"), (1, 3, b"a")]), (3, 1));
         // Eight-byte words compared as bytes: 0x80 sorts after 0x7f.
         let (hi, lo) = ([0x80u8; 9], [0x7fu8; 9]);
-        assert_eq!(shape(&[(1, 1, &hi), (1, 2, &lo)]).2, 1);
-        assert_eq!(shape(&[(1, 1, &lo), (1, 2, &hi)]).2, 0);
+        assert_eq!(shape(&[(1, 1, &hi), (1, 2, &lo)]).1, 1);
+        assert_eq!(shape(&[(1, 1, &lo), (1, 2, &hi)]).1, 0);
     }
 
     fn entry(seq: u64, key: &[u8]) -> HintEntry {

@@ -82,3 +82,27 @@ impl Drop for StopOnDrop<'_> {
         self.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Starts a thread that runs `maintain()` and `compact()` back to back until `stop` is set,
+/// advancing `clock` by `step` every `every`-th round: upkeep racing a test's foreground work.
+pub fn spawn_upkeep(
+    store: &ebbdb::Store,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    clock: &ManualClock,
+    every: u32,
+    step: std::time::Duration,
+) -> std::thread::JoinHandle<ebbdb::Result<()>> {
+    let (store, stop, clock) = (store.clone(), std::sync::Arc::clone(stop), clock.clone());
+    std::thread::spawn(move || {
+        let mut n = 0u32;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if n.is_multiple_of(every) {
+                clock.advance(step);
+            }
+            store.maintain()?;
+            store.compact()?;
+            n += 1;
+        }
+        Ok(())
+    })
+}
