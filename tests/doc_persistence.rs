@@ -532,7 +532,11 @@ fn reopen_without_hints_sees_the_same_state() -> TestResult {
         db.compact()?;
         db.replace_container(ContainerProperties::new("c", "/pk"))?;
         expected = all(&c)?;
-        assert!(db.stats().segments >= 3);
+        let segments = db.stats().segments;
+        assert!(
+            segments >= 2,
+            "several segments to reopen without hints: {segments}"
+        );
     }
     // Ids 0..29: multiples of 3 never expire (10), the others had ttl 5 + i and half were
     // deleted; of the rest (i % 3 == 2) those with 5 + i <= 20 expired.

@@ -1,8 +1,9 @@
 //! An idle store finishes compacting: segments left just below the dead share that writers
 //! merge at (0.5 by default) are merged once no write has come for two seconds, from half that
 //! share; a store being written is never idle, whatever its sync policy; and an idle store
-//! does not merge its own outputs again (kept no-resurrection markers count as dead). Real
-//! clock (the background worker runs only with it), bounded waits.
+//! does not merge its own outputs again (kept no-resurrection markers count as dead); a busy
+//! store whose sealed bytes are over a quarter dead merges from that share too. Real clock
+//! (the background worker runs only with it), bounded waits.
 
 use std::time::{Duration, Instant};
 
@@ -25,9 +26,16 @@ fn open(dir: &std::path::Path, sync: SyncPolicy) -> ebbdb::Result<Store> {
     )
 }
 
-/// Writes keys 0..4,000 to `ks`, then rewrites two in five: every segment of the first pass
-/// ends 40 % dead, below the share a merge needs while writes come. Returns the key count.
-fn churn(ks: &ebbdb::Keyspace) -> ebbdb::Result<u32> {
+/// Writes 8,000 lasting keys to a keyspace of their own, then keys 0..4,000 to `ks`, then
+/// rewrites two in five of those: every segment of the first pass ends 40 % dead, below the
+/// share a merge needs while writes come, and the sealed bytes as a whole stay below the
+/// share at which a busy store merges from the idle share too (about 0.28: the lasting keys
+/// are there for that). Returns the key count of `ks`.
+fn churn(store: &Store, ks: &ebbdb::Keyspace) -> ebbdb::Result<u32> {
+    let base = store.create_keyspace("lasting", DefaultTtl::Off)?;
+    for i in 0..8_000u32 {
+        base.put(i.to_be_bytes(), value(i, 9))?;
+    }
     let n = 4_000u32;
     for i in 0..n {
         ks.put(i.to_be_bytes(), value(i, 1))?;
@@ -35,6 +43,18 @@ fn churn(ks: &ebbdb::Keyspace) -> ebbdb::Result<u32> {
     for i in (0..n).filter(|i| i % 5 < 2) {
         ks.put(i.to_be_bytes(), value(i, 2))?;
     }
+    let sealed: Vec<_> = store
+        .stats()
+        .per_segment
+        .into_iter()
+        .filter(|s| !s.active)
+        .collect();
+    let bytes: f64 = sealed.iter().map(|s| s.bytes as f64).sum();
+    let dead: f64 = sealed.iter().map(|s| s.bytes as f64 * s.dead_share).sum();
+    assert!(
+        dead < 0.2 * bytes,
+        "the churn was meant to leave the store's sealed bytes under a fifth dead: {dead} of {bytes}"
+    );
     Ok(n)
 }
 
@@ -54,7 +74,7 @@ fn an_idle_store_merges_what_writers_left_below_the_dead_share() -> ebbdb::Resul
     let dir = tempfile::tempdir()?;
     let store = open(dir.path(), SyncPolicy::Never)?;
     let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
-    let n = churn(&ks)?;
+    let n = churn(&store, &ks)?;
     let churned = store.stats();
     assert!(
         deadest_sealed(&store) < 0.5,
@@ -85,14 +105,14 @@ fn an_idle_store_merges_what_writers_left_below_the_dead_share() -> ebbdb::Resul
     Ok(())
 }
 
-/// Leaves every sealed segment 40 % dead ([`churn`]), then writes fresh keys every 2 ms for
+/// Leaves the churned segments 40 % dead ([`churn`]), then writes fresh keys every 2 ms for
 /// `busy` and returns the merges run meanwhile.
 fn merges_while_writing(sync: SyncPolicy, busy: Duration) -> ebbdb::Result<u64> {
     let dir = tempfile::tempdir()?;
     let store = open(dir.path(), sync)?;
     let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
     let fresh = store.create_keyspace("fresh", DefaultTtl::Off)?;
-    churn(&ks)?;
+    churn(&store, &ks)?;
     let before = store.stats().merges;
     let end = Instant::now() + busy;
     let mut i = 0u32;
@@ -160,6 +180,44 @@ fn an_idle_store_does_not_merge_its_own_outputs_again() -> ebbdb::Result<()> {
             (i % 20 != 0).then(|| value(i, 1)),
             "key {i}"
         );
+    }
+    Ok(())
+}
+
+/// A busy store whose sealed bytes are a third dead, every segment below the usual share,
+/// merges from the idle share while it is being written (the pressure rule: 28 % of the sealed
+/// bytes dead). Without the rule the segments would wait, as
+/// `a_store_being_written_is_not_idle_under_any_sync_policy` shows for a store below it.
+#[test]
+fn a_busy_store_a_third_dead_merges_below_the_usual_share() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = open(dir.path(), SyncPolicy::Never)?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    let fresh = store.create_keyspace("fresh", DefaultTtl::Off)?;
+    let n = 4_000u32;
+    for i in 0..n {
+        ks.put(i.to_be_bytes(), value(i, 1))?;
+    }
+    // Nine keys in twenty rewritten: the first pass's segments end 45 % dead.
+    for i in (0..n).filter(|i| i % 20 < 9) {
+        ks.put(i.to_be_bytes(), value(i, 2))?;
+    }
+    let before = store.stats().merges;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut i = 0u32;
+    while store.stats().merges == before && Instant::now() < deadline {
+        fresh.put(i.to_be_bytes(), [7u8; 20])?;
+        i += 1;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(
+        store.stats().merges > before,
+        "20 s of writes every 2 ms and no merge: {:?}",
+        store.stats()
+    );
+    for i in 0..n {
+        let want = value(i, if i % 20 < 9 { 2 } else { 1 });
+        assert_eq!(ks.get(i.to_be_bytes())?, Some(want), "key {i}");
     }
     Ok(())
 }

@@ -134,6 +134,23 @@ pub fn dead_ratio_when(dead_ratio: f64, idle: bool) -> f64 {
     }
 }
 
+/// Of all sealed bytes, the dead share (numerator, denominator: 0.28) from which the policy
+/// merges segments from the lower share it uses when idle ([`dead_ratio_when`]). A third of
+/// the bytes dead is disk at 1.5 times the live bytes; segments each just under the usual
+/// share would hold the store near twice its live bytes.
+pub const PRESSURE_DEAD_SHARE: (u64, u64) = (7, 25);
+
+/// True when the sealed segments' dead bytes, all together, reach [`PRESSURE_DEAD_SHARE`].
+fn under_pressure(sealed: &[u32], stats: &HashMap<u32, SegStats>) -> bool {
+    let (mut dead, mut total) = (0u64, 0u64);
+    for s in sealed.iter().filter_map(|id| stats.get(id)) {
+        dead = dead.saturating_add(s.dead.min(s.total));
+        total = total.saturating_add(s.total);
+    }
+    let (num, den) = PRESSURE_DEAD_SHARE;
+    total > 0 && u128::from(dead) * u128::from(den) >= u128::from(total) * u128::from(num)
+}
+
 /// True when `s` holds expired bytes older than the reclamation-lag bound.
 fn overdue(s: &SegStats, now: u64, max_lag_secs: u64) -> bool {
     s.oldest_expiry != ttl::NEVER && s.oldest_expiry.saturating_add(max_lag_secs) <= now
@@ -217,9 +234,11 @@ pub fn select(
     let mut sel = Selection::default();
     // Small segments the rules below leave alone, that will not die by themselves.
     let mut small: Vec<u32> = Vec::new();
+    let pressed = under_pressure(sealed, stats);
     for &id in sealed {
         let s = stats.get(&id).copied().unwrap_or_default();
-        let dead_ratio = dead_ratio_when(dead_ratio, idle_below.is_some_and(|below| id < below));
+        let idle = idle_below.is_some_and(|below| id < below);
+        let dead_ratio = dead_ratio_when(dead_ratio, idle || pressed);
         let overdue = overdue(&s, now, max_lag_secs);
         let reaped = s.dead >= s.total && s.shadowing == 0;
         if reaped || early_drop.is_some_and(|epoch| dead_whole(&s, now, epoch)) {
@@ -522,11 +541,13 @@ mod tests {
         m.insert(4, st(100, 49, 0, ttl::NEVER)); // below: keep
         m.insert(5, st(100, 10, 0, 1000)); // expired bytes older than the lag: merge
         m.insert(6, st(100, 10, 0, 1500)); // expired bytes within the lag: keep
-        let sel = select(&[1, 2, 3, 4, 5, 6], &m, 2000, &rules(0.5, 600, u64::MAX), false);
+        m.insert(7, st(1000, 0, 0, ttl::NEVER)); // all live: the store is not under pressure
+        let ids = [1, 2, 3, 4, 5, 6, 7];
+        let sel = select(&ids, &m, 2000, &rules(0.5, 600, u64::MAX), false);
         assert_eq!(sel.drop, vec![1]);
         assert_eq!(sel.merge, vec![2, 3, 5]);
-        let full = select(&[1, 2, 3, 4, 5, 6], &m, 2000, &rules(0.5, 600, u64::MAX), true);
-        assert_eq!(full.merge, vec![2, 3, 4, 5, 6]);
+        let full = select(&ids, &m, 2000, &rules(0.5, 600, u64::MAX), true);
+        assert_eq!(full.merge, vec![2, 3, 4, 5, 6, 7]);
     }
 
     #[test]
@@ -539,16 +560,36 @@ mod tests {
         m.insert(2, st(100, 25, 0, ttl::NEVER)); // at the idle share
         m.insert(3, st(100, 24, 0, ttl::NEVER)); // below it
         m.insert(4, st(100, 48, 0, ttl::NEVER)); // written since the store went idle
+        m.insert(5, st(400, 0, 0, ttl::NEVER)); // all live: the store is not under pressure
+        let ids = [1, 2, 3, 4, 5];
         let busy = rules(0.5, 600, u64::MAX);
-        assert!(select(&[1, 2, 3, 4], &m, 2000, &busy, false).is_empty());
+        assert!(select(&ids, &m, 2000, &busy, false).is_empty());
         let idle = Rules {
             idle_below: Some(4),
             ..rules(0.5, 600, u64::MAX)
         };
-        assert_eq!(
-            select(&[1, 2, 3, 4], &m, 2000, &idle, false).merge,
-            vec![1, 2]
-        );
+        assert_eq!(select(&ids, &m, 2000, &idle, false).merge, vec![1, 2]);
+    }
+
+    #[test]
+    fn sealed_bytes_over_a_quarter_dead_are_merged_from_the_idle_share() {
+        let mut m = HashMap::new();
+        m.insert(1, st(100, 45, 0, ttl::NEVER));
+        m.insert(2, st(100, 26, 0, ttl::NEVER));
+        m.insert(3, st(100, 24, 0, ttl::NEVER)); // below the idle share
+        m.insert(4, st(100, 17, 0, ttl::NEVER));
+        let busy = rules(0.5, 600, u64::MAX);
+        // 112 of 400 bytes dead: just at the pressure share.
+        assert_eq!(112 * PRESSURE_DEAD_SHARE.1, 400 * PRESSURE_DEAD_SHARE.0);
+        assert_eq!(select(&[1, 2, 3, 4], &m, 2000, &busy, false).merge, vec![1, 2]);
+        // One dead byte fewer: the usual share, which none of them reaches.
+        m.insert(4, st(100, 16, 0, ttl::NEVER));
+        assert!(select(&[1, 2, 3, 4], &m, 2000, &busy, false).is_empty());
+        // The share counts the sealed segments given, not every segment the map knows.
+        m.insert(4, st(100, 17, 0, ttl::NEVER));
+        m.insert(5, st(100, 0, 0, ttl::NEVER));
+        assert!(select(&[1, 2, 3, 4, 5], &m, 2000, &busy, false).is_empty());
+        assert_eq!(select(&[1, 2, 3, 4], &m, 2000, &busy, false).merge, vec![1, 2]);
     }
 
     #[test]
