@@ -842,11 +842,24 @@ fn run_select(
             if prefilter && !passes(filter, &scratch, &[], params) {
                 return Ok(None);
             }
+            if prefilter && shape.stored_rows && !grouped {
+                // The row is the stored text: what it was filtered on is needed only for its
+                // ORDER BY keys, so the map stays for the next item too.
+                let cx = Ctx {
+                    doc: &scratch,
+                    vars: &[],
+                    params,
+                };
+                let keys = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
+                let row = (key.to_vec(), Value::Null, Some(text.to_vec()));
+                return Ok(Some((row, Some(keys))));
+            }
             let doc = std::mem::replace(&mut scratch, Value::Object(Map::new()));
-            Ok(Some((key.to_vec(), doc, shape.stored_rows.then(|| text.to_vec()))))
+            let row = (key.to_vec(), doc, shape.stored_rows.then(|| text.to_vec()));
+            Ok(Some((row, None)))
         });
         let Some(item) = next else { break };
-        let Some((key, doc, stored)) = item? else {
+        let Some(((key, doc, stored), mut item_keys)) = item? else {
             continue;
         };
         for row in expand(key, doc, stored, &q.joins, params) {
@@ -860,8 +873,10 @@ fn run_select(
                 groups.add(q, row, params);
                 continue;
             }
-            let cx = row.cx(params);
-            let keys: Vec<Val> = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
+            let keys: Vec<Val> = item_keys.take().unwrap_or_else(|| {
+                let cx = row.cx(params);
+                q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect()
+            });
             if let Some(after) = after {
                 if position_cmp(q, (&keys, &row.item, row.join), after)
                     != std::cmp::Ordering::Greater
