@@ -490,8 +490,7 @@ impl Container {
     ) -> Result<QueryResults<T>> {
         let (rows, _) = self.run_query(q, opts, &PageSpec::default())?;
         Ok(QueryResults {
-            rows: rows.into_iter(),
-            _t: std::marker::PhantomData,
+            rows: rows.into_typed(),
         })
     }
 
@@ -523,10 +522,7 @@ impl Container {
             max: Some(opts.max_item_count.unwrap_or(100).max(1)),
         };
         let (rows, cursor) = self.run_query(q, opts, &page)?;
-        let items = rows
-            .into_iter()
-            .map(super::query::Out::into_typed)
-            .collect::<Result<Vec<T>>>()?;
+        let items = rows.into_typed().collect::<Result<Vec<T>>>()?;
         Ok(QueryPage {
             items,
             continuation: cursor.map(|c| super::query::encode_continuation(&c, q, &scope)),
@@ -622,15 +618,14 @@ impl Iterator for Items {
 /// The rows of a query, converted to `T` one at a time.
 #[derive(Debug)]
 pub struct QueryResults<T> {
-    rows: std::vec::IntoIter<super::query::Out>,
-    _t: std::marker::PhantomData<fn() -> T>,
+    rows: super::query::Typed<T>,
 }
 
 impl<T: DeserializeOwned> Iterator for QueryResults<T> {
     type Item = Result<T>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.rows.next().map(super::query::Out::into_typed)
+        self.rows.next()
     }
 }
 

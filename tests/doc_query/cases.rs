@@ -725,6 +725,48 @@ fn paging_returns_every_row_once_in_order() {
     }
 }
 
+/// `SELECT *` rows are the stored texts, copied into one buffer per page: they must come out
+/// whole and each the right item where rows are dropped after being kept (the cursor's own
+/// item on a continued page, the sort-and-cut of an `ORDER BY` with a bound over more than 64
+/// rows, `OFFSET`), as the rows `SELECT VALUE c` builds do.
+#[test]
+fn select_star_rows_are_their_own_items_through_cuts_and_pages() {
+    let (_d, _c, _db, c) = setup();
+    for i in 0..150 {
+        let pad = "x".repeat(i % 13);
+        c.create_item(&json!({"id": format!("m{i:03}"), "pk": format!("k{}", i % 3),
+            "n": (i * 37) % 150, "s": pad}))
+            .expect("create");
+    }
+    for (star, value) in [
+        (
+            "SELECT TOP 5 * FROM c ORDER BY c.n DESC",
+            "SELECT TOP 5 VALUE c FROM c ORDER BY c.n DESC",
+        ),
+        (
+            "SELECT TOP 9 * FROM c WHERE c.n >= 3 ORDER BY c.n",
+            "SELECT TOP 9 VALUE c FROM c WHERE c.n >= 3 ORDER BY c.n",
+        ),
+        (
+            "SELECT * FROM c WHERE c.n >= 10 ORDER BY c.s DESC OFFSET 20 LIMIT 90",
+            "SELECT VALUE c FROM c WHERE c.n >= 10 ORDER BY c.s DESC OFFSET 20 LIMIT 90",
+        ),
+        (
+            "SELECT * FROM c WHERE c.n >= 10",
+            "SELECT VALUE c FROM c WHERE c.n >= 10",
+        ),
+    ] {
+        let whole = run(&c, value);
+        assert!(whole.len() >= 5, "{value}");
+        assert_eq!(run(&c, star), whole, "{star}");
+        for size in [1, 7, 64] {
+            let opts = QueryOptions::default().max_item_count(size);
+            let (paged, _) = all_pages(&c, &Query::new(star), opts);
+            assert_eq!(paged, whole, "{star}, pages of {size}");
+        }
+    }
+}
+
 #[test]
 fn paging_survives_writes_and_reopen_between_pages() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -24,7 +24,7 @@ use crate::doc::index::IndexSet;
 use crate::doc::partition::{self, PartitionKey};
 use crate::doc::validate::SYSTEM_PROPERTIES;
 use crate::doc::query::{
-    self, Chosen, Cursor, Ordered, Out, Owned, PageSpec, Prepared, Query, QueryOptions,
+    self, Chosen, Cursor, Ordered, Owned, PageSpec, Prepared, Query, QueryOptions, Rows,
 };
 use crate::error::Result;
 
@@ -126,10 +126,10 @@ impl Container {
         q: &Query,
         opts: &QueryOptions,
         page: &PageSpec,
-    ) -> Result<(Vec<Out>, Option<Cursor>)> {
+    ) -> Result<(Rows, Option<Cursor>)> {
         let prepared = query::prepare(q)?;
         let plan = self.plan(&prepared, opts, page);
-        let live_count = || Ok((vec![Out::Value(Value::from(self.ks.len()?))], None));
+        let live_count = || Ok((Rows::values(vec![Value::from(self.ks.len()?)]), None));
         if matches!(plan, Plan::LiveCount) {
             return live_count();
         }
@@ -172,7 +172,7 @@ impl Container {
         pk: Option<PartitionKey>,
         from: Option<Vec<u8>>,
         page: &PageSpec,
-    ) -> Result<(Vec<Out>, Option<Cursor>)> {
+    ) -> Result<(Rows, Option<Cursor>)> {
         let mut prepared = prepared;
         match pk {
             Some(pk) => {
@@ -253,7 +253,7 @@ struct IndexedAt<'p> {
 /// What [`run_indexed`] did.
 enum Indexed<'q> {
     /// The page and its cursor.
-    Done((Vec<Out>, Option<Cursor>)),
+    Done((Rows, Option<Cursor>)),
     /// The set turned out retired once the reader was registered (see
     /// [`IndexSet::is_ready`]): the query, for the caller to scan instead.
     Retired(Box<Prepared<'q>>),
@@ -281,12 +281,11 @@ fn run_indexed<'q>(
         picked.set_keys(unsure);
         let (rest, _) = q.run(picked, page)?;
         let more = rest
-            .first()
-            .and_then(Out::as_value)
+            .first_value()
             .and_then(Value::as_u64)
             .unwrap_or(0);
         let total = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(more);
-        return Ok(Indexed::Done((vec![Out::Value(Value::from(total))], None)));
+        return Ok(Indexed::Done((Rows::values(vec![Value::from(total)]), None)));
     }
     if let Some((path, desc)) = &at.order {
         let start = set.ordered(chosen.path, &chosen.probe, *desc, &keep);

@@ -23,9 +23,10 @@ mod shape;
 
 pub(crate) use ordered::Ordered;
 pub(crate) use plan::Chosen;
-pub(crate) use shape::{Out, Owned, Source};
+pub(crate) use shape::{Out, Owned, Rows, Source, Typed};
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 
 use serde_json::{Map, Value};
 
@@ -524,7 +525,7 @@ impl Prepared<'_> {
         self,
         items: impl Source,
         page: &PageSpec,
-    ) -> Result<(Vec<Out>, Option<Cursor>)> {
+    ) -> Result<(Rows, Option<Cursor>)> {
         run_select(&self, items, page, false)
     }
 
@@ -534,7 +535,7 @@ impl Prepared<'_> {
         self,
         items: impl Source,
         page: &PageSpec,
-    ) -> Result<(Vec<Out>, Option<Cursor>)> {
+    ) -> Result<(Rows, Option<Cursor>)> {
         run_select(&self, items, page, true)
     }
 
@@ -606,7 +607,7 @@ pub(crate) fn run(query: &Query, items: impl Iterator<Item = Result<Value>>) -> 
         Ok(((i as u64).to_be_bytes().to_vec(), text))
     });
     let (rows, _) = prepare(query)?.run(Owned(keyed), &PageSpec::default())?;
-    rows.into_iter().map(Out::into_value).collect()
+    rows.into_typed().collect()
 }
 
 /// One row: the item, its engine key, which combination of `JOIN` elements it is, and the
@@ -617,8 +618,9 @@ struct Row {
     item: Vec<u8>,
     join: usize,
     vars: Vec<Value>,
-    /// The stored text, when it is the row's result (`Shape::stored_rows`).
-    stored: Option<Vec<u8>>,
+    /// Where the stored text lies in the page's text buffer, when it is the row's result
+    /// (`Shape::stored_rows`).
+    stored: Option<Range<usize>>,
 }
 
 impl Row {
@@ -647,7 +649,7 @@ impl Row {
 fn expand(
     item: Vec<u8>,
     doc: Value,
-    stored: Option<Vec<u8>>,
+    stored: Option<Range<usize>>,
     joins: &[(String, Expr)],
     params: &HashMap<String, Value>,
 ) -> Vec<Row> {
@@ -762,7 +764,7 @@ fn run_select(
     mut items: impl Source,
     page: &PageSpec,
     presorted: bool,
-) -> Result<(Vec<Out>, Option<Cursor>)> {
+) -> Result<(Rows, Option<Cursor>)> {
     let (q, shape, params) = (&p.select, &p.shape, p.params);
     let top = q
         .top
@@ -828,6 +830,8 @@ fn run_select(
     // text, and only the items it keeps are copied.
     let prefilter = q.joins.is_empty();
     let mut scratch = Value::Object(Map::new());
+    // The stored texts of the rows kept, one after another (`Row::stored` spans).
+    let mut texts: Vec<u8> = Vec::new();
     'items: loop {
         if early_stop.is_some_and(|n| rows.len() >= n) {
             break;
@@ -851,12 +855,12 @@ fn run_select(
                     params,
                 };
                 let keys = q.order_by.iter().map(|(e, _)| eval(e, &cx)).collect();
-                let row = (key.to_vec(), Value::Null, Some(text.to_vec()));
+                let row = (key.to_vec(), Value::Null, Some(keep_text(&mut texts, text)));
                 return Ok(Some((row, Some(keys))));
             }
             let doc = std::mem::replace(&mut scratch, Value::Object(Map::new()));
-            let row = (key.to_vec(), doc, shape.stored_rows.then(|| text.to_vec()));
-            Ok(Some((row, None)))
+            let stored = shape.stored_rows.then(|| keep_text(&mut texts, text));
+            Ok(Some(((key.to_vec(), doc, stored), None)))
         });
         let Some(item) = next else { break };
         let Some(((key, doc, stored), mut item_keys)) = item? else {
@@ -881,6 +885,10 @@ fn run_select(
                 if position_cmp(q, (&keys, &row.item, row.join), after)
                     != std::cmp::Ordering::Greater
                 {
+                    // Its text was the last one kept.
+                    if let Some(at) = &row.stored {
+                        texts.truncate(at.start);
+                    }
                     continue;
                 }
             }
@@ -893,6 +901,7 @@ fn run_select(
                         position_cmp(q, (ka, &a.item, a.join), (kb, &b.item, b.join))
                     });
                     rows.truncate(b);
+                    compact_texts(&mut rows, &mut texts);
                 }
             }
         }
@@ -916,8 +925,8 @@ fn run_select(
                 more = remaining.is_none_or(|r| count < r);
                 break;
             }
-            if let Some(text) = row.stored.take() {
-                out.push(Out::Stored(text));
+            if let Some(at) = row.stored.take() {
+                out.push(Out::Stored(at));
             } else if let Some(v) = project(q, &row, params) {
                 out.push(Out::Value(v));
             }
@@ -933,7 +942,7 @@ fn run_select(
             }),
             _ => None,
         };
-        return Ok((out, cursor));
+        return Ok((Rows { out, text: texts }, cursor));
     }
     let mut out = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -972,14 +981,34 @@ fn run_select(
         }
         None => 0,
     };
-    let rest: Vec<Out> = out.into_iter().skip(start).map(Out::Value).collect();
+    let rest: Vec<Value> = out.into_iter().skip(start).collect();
     match page.max {
         Some(m) if rest.len() > m => {
-            let page_rows: Vec<Out> = rest.into_iter().take(m).collect();
-            Ok((page_rows, Some(Cursor::Index(start + m))))
+            let page_rows: Vec<Value> = rest.into_iter().take(m).collect();
+            Ok((Rows::values(page_rows), Some(Cursor::Index(start + m))))
         }
-        _ => Ok((rest, None)),
+        _ => Ok((Rows::values(rest), None)),
     }
+}
+
+/// Copies an item's stored text to the end of the page's text buffer; where it lies there.
+fn keep_text(texts: &mut Vec<u8>, text: &[u8]) -> Range<usize> {
+    let start = texts.len();
+    texts.extend_from_slice(text);
+    start..texts.len()
+}
+
+/// Drops from the text buffer what no row refers to any more (after a sort-and-cut), so that
+/// it follows the rows kept, as they do the bound.
+fn compact_texts(rows: &mut [(Vec<Val>, Row)], texts: &mut Vec<u8>) {
+    let mut kept = Vec::new();
+    for (_, row) in rows.iter_mut() {
+        if let Some(at) = &mut row.stored {
+            let text = texts.get(at.clone()).unwrap_or_default();
+            *at = keep_text(&mut kept, text);
+        }
+    }
+    *texts = kept;
 }
 
 /// A text form in which values that compare equal (1 and 1.0 included) are identical.

@@ -7,10 +7,12 @@
 //! that partial item. This is exact because an expression can reach the item only through
 //! `c.<name>…` paths (a `Prop` on `Root`); a query that uses `c` itself anywhere else (`SELECT
 //! VALUE c`, `IS_DEFINED(c)`, `c[@p]`) reads whole items. `SELECT *` without JOIN or DISTINCT
-//! returns the stored text itself ([`Out::Stored`]): the caller parses it once, straight into
-//! its own type, instead of the runner building a tree and the caller converting it.
+//! returns the stored text itself ([`Out::Stored`], a span of its page's [`Rows`] buffer): the
+//! caller parses it once, straight into its own type, instead of the runner building a tree
+//! and the caller converting it.
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -93,42 +95,76 @@ fn fields_of(e: &Expr, out: &mut BTreeSet<String>) -> bool {
     }
 }
 
-/// One result row: a value the runner built, or a stored item's text returned as it is.
+/// One result row: a value the runner built, or a stored item's text returned as it is (where
+/// it lies in its page's [`Rows`] buffer).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Out {
     Value(Value),
-    Stored(Vec<u8>),
+    Stored(Range<usize>),
 }
 
-impl Out {
-    /// The row as a JSON value.
-    ///
-    /// # Errors
-    /// 400 if a stored item's text is not JSON.
-    pub(crate) fn into_value(self) -> Result<Value> {
-        self.into_typed()
+/// A page's result rows. The stored texts they return lie one after another in one buffer:
+/// a row costs no allocation of its own (an indexed filter returning 10,000 items made and
+/// freed 10,000 of about 300 bytes), and the caller parses the texts in the order they were
+/// copied.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Rows {
+    pub(super) out: Vec<Out>,
+    pub(super) text: Vec<u8>,
+}
+
+impl Rows {
+    /// Rows of built values only.
+    pub(crate) fn values(values: Vec<Value>) -> Self {
+        Self {
+            out: values.into_iter().map(Out::Value).collect(),
+            text: Vec::new(),
+        }
     }
 
-    /// The row converted to `T` (a stored item is parsed straight into it).
-    ///
-    /// # Errors
-    /// 400 if the row does not fit `T`.
-    pub(crate) fn into_typed<T: DeserializeOwned>(self) -> Result<T> {
-        match self {
+    /// The first row when it is a built value (an aggregate's result).
+    pub(crate) fn first_value(&self) -> Option<&Value> {
+        match self.out.first() {
+            Some(Out::Value(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The rows, each converted to `T` when it is taken (a stored item is parsed straight
+    /// into it).
+    pub(crate) fn into_typed<T: DeserializeOwned>(self) -> Typed<T> {
+        Typed {
+            out: self.out.into_iter(),
+            text: self.text,
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+/// The rows of a page converted to `T` one at a time ([`Rows::into_typed`]).
+#[derive(Debug)]
+pub(crate) struct Typed<T> {
+    out: std::vec::IntoIter<Out>,
+    text: Vec<u8>,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> Iterator for Typed<T> {
+    type Item = Result<T>;
+
+    /// The next row as `T` (400 if it does not fit).
+    fn next(&mut self) -> Option<Result<T>> {
+        let row = match self.out.next()? {
             Out::Value(v) => serde_json::from_value(v),
-            Out::Stored(bytes) => stored::parse(&bytes),
-        }
-        .map_err(|e| {
+            Out::Stored(at) => stored::parse(self.text.get(at).unwrap_or_default()),
+        };
+        Some(row.map_err(|e| {
             Error::BadRequest(format!("a query row does not fit the requested type: {e}"))
-        })
+        }))
     }
 
-    /// The row's value when it is a built one (an aggregate's result).
-    pub(crate) fn as_value(&self) -> Option<&Value> {
-        match self {
-            Out::Value(v) => Some(v),
-            Out::Stored(_) => None,
-        }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.out.size_hint()
     }
 }
 
