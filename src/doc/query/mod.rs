@@ -29,6 +29,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use serde_json::{Map, Value};
+use smallvec::{smallvec, SmallVec};
 
 use self::ast::{AggFn, Expr, Projection, Select};
 use self::eval::{eval, order, Ctx, Val};
@@ -645,15 +646,15 @@ impl Row {
 }
 
 /// The rows of one item: one per combination of the `JOIN` arrays' elements (a join over a
-/// value that is not an array yields no row).
+/// value that is not an array yields no row). Without JOIN the one row is not allocated.
 fn expand(
     item: Vec<u8>,
     doc: Value,
     stored: Option<Range<usize>>,
     joins: &[(String, Expr)],
     params: &HashMap<String, Value>,
-) -> Vec<Row> {
-    let mut rows = vec![Row {
+) -> SmallVec<[Row; 1]> {
+    let mut rows: SmallVec<[Row; 1]> = smallvec![Row {
         doc,
         item,
         join: 0,
@@ -661,7 +662,7 @@ fn expand(
         stored,
     }];
     for (_, array) in joins {
-        let mut next = Vec::new();
+        let mut next = SmallVec::new();
         for row in rows {
             if let Some(Value::Array(items)) = eval(array, &row.cx(params)) {
                 for item in items {
