@@ -28,6 +28,10 @@ pub struct SegStats {
     pub soon: u64,
     /// Records whose removal needs the no-resurrection check (SHADOWS flag or tombstone).
     pub shadowing: u64,
+    /// Of `dead`, bytes of no-resurrection markers a merge wrote (tombstones with the MARKER
+    /// flag). They stay while a version they hide may be on disk, so a merge of the segment
+    /// may keep them all: the pressure rule does not count them (`policy::reclaimable`).
+    pub markers: u64,
     /// Of `dead`, bytes that are dead because they expired.
     pub expired_bytes: u64,
     /// Number of expired-and-reaped records still in the file.
@@ -72,6 +76,7 @@ impl Default for SegStats {
             replaced: 0,
             soon: 0,
             shadowing: 0,
+            markers: 0,
             expired_bytes: 0,
             expired_items: 0,
             oldest_expiry: ttl::NEVER,
@@ -93,6 +98,7 @@ impl SegStats {
         self.replaced += o.replaced;
         self.soon += o.soon;
         self.shadowing += o.shadowing;
+        self.markers += o.markers;
         self.expired_bytes += o.expired_bytes;
         self.expired_items += o.expired_items;
         self.oldest_expiry = self.oldest_expiry.min(o.oldest_expiry);

@@ -26,7 +26,8 @@ pub(crate) fn run(inner: &Inner, full: bool) -> Result<CompactionReport> {
 /// segments with an id below `idle_below` (those there when the writes stopped) are merged
 /// from half the usual dead share (`policy::dead_ratio_when`), the later ones (this idle
 /// period's outputs) from the usual one. The background worker's choice; an explicit
-/// `compact` keeps the usual share.
+/// `compact` keeps the usual share (but under the policy's pressure rule, as the worker's
+/// other passes).
 pub(crate) fn run_idle(inner: &Inner, idle_below: u32) -> Result<CompactionReport> {
     merge::run(inner, false, Some(idle_below))
 }

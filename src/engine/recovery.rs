@@ -16,7 +16,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use super::clockfile::{ClockFile, DurablePoint};
 use super::{Catalog, ExpiryState, Inner, LogState, SegmentSet};
 use crate::error::{Error, IoContext, Result};
-use crate::format::record::{Kind, Meta, FLAG_SHADOWS};
+use crate::format::record::{Kind, Meta, FLAG_MARKER, FLAG_SHADOWS};
 use crate::format::{hint, DecodeError, SegmentHeader, SEGMENT_HEADER_LEN};
 use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState};
 use crate::log::active::ActiveWriter;
@@ -120,6 +120,9 @@ impl Loader {
         if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
             stats.shadowing += 1;
         }
+        if meta.kind == Kind::Tombstone && meta.flags & FLAG_MARKER != 0 {
+            stats.markers += u64::from(len);
+        }
         let tombstone = if meta.kind == Kind::Tombstone {
             LOADED_TOMBSTONE
         } else {
@@ -194,6 +197,7 @@ impl Loader {
             for (file, st) in part.stats {
                 let mine = slot(&mut all.stats, file);
                 mine.shadowing += st.shadowing;
+                mine.markers += st.markers;
                 mine.hint_bytes += st.hint_bytes;
                 mine.key_ordered = st.key_ordered;
                 mine.total = st.total;
