@@ -260,13 +260,16 @@ fn may_look_up(rec: &Record<'_>) -> bool {
 /// of seconds while dead bytes kept piling up in the segments it had not reached.
 const MERGE_INPUT_SEGMENTS: u64 = 4;
 
-/// A record decided to be copied, not written yet: copies are written once every input is
-/// decided, in output order ([`order_copies`]). `input` indexes the merge's inputs; the move's
-/// `from` and `len` say where the record is, its `to` is filled in when it is written.
+/// A record decided to be copied, or a no-resurrection marker to write, not written yet:
+/// both are written once every input is decided, in output order ([`order_copies`]). `input`
+/// indexes the merge's inputs; the move's `from` and `len` say where the record is, its `to`
+/// is filled in when it is written. A marker (`meta` is its tombstone's, `deadline` never)
+/// is encoded anew and moves no entry.
 struct Copy {
     input: usize,
     meta: Meta,
     deadline: u64,
+    marker: bool,
     mv: Move,
 }
 
@@ -360,6 +363,7 @@ impl Copying<'_, '_> {
                     input,
                     meta: rec.meta,
                     deadline,
+                    marker: false,
                     mv: Move {
                         ks: rec.meta.keyspace,
                         key: Key::from_slice(rec.key),
@@ -378,29 +382,53 @@ impl Copying<'_, '_> {
                         seq: rec.meta.seq,
                         write_ms: rec.meta.write_ms,
                     };
-                    let mut buf = Vec::with_capacity(record::encoded_len(&meta, rec.key.len(), 0));
-                    record::encode(&mut buf, &meta, rec.key, &[]);
-                    self.report.markers_written += 1;
-                    self.outputs.place(&meta, rec.key, &buf, 0)?;
+                    // Written with the lasting copies, in key order: markers written as they
+                    // were decided (input order, random keys) broke the output's key order,
+                    // so it got a hint a quarter its size (DESIGN.md §7, "Output order").
+                    self.copies.push(Copy {
+                        input,
+                        meta,
+                        deadline: ttl::NEVER,
+                        marker: true,
+                        mv: Move {
+                            ks: rec.meta.keyspace,
+                            key: Key::from_slice(rec.key),
+                            seq: rec.meta.seq,
+                            from: (seg.id, off),
+                            to: (0, 0),
+                            len,
+                        },
+                    });
                 }
             }
         }
         Ok(())
     }
 
-    /// Writes the noted copies in output order and returns their moves, destinations filled
-    /// in, in that order.
+    /// Writes the noted copies and markers in output order and returns the copies' moves,
+    /// destinations filled in, in that order.
     fn write_copies(&mut self, inputs: &[Arc<Segment>]) -> Result<Vec<Move>> {
         let mut copies = std::mem::take(&mut self.copies);
         order_copies(&mut copies);
         let mut moves = Vec::with_capacity(copies.len());
+        let mut buf = Vec::new();
         for Copy {
             input,
             meta,
             deadline,
+            marker,
             mut mv,
         } in copies
         {
+            if marker {
+                buf.clear();
+                record::encode(&mut buf, &meta, &mv.key, &[]);
+                self.report.markers_written += 1;
+                // Deadline 0, as before: a marker sets no `dies_by` (sorted with the lasting
+                // records only for the order).
+                self.outputs.place(&meta, &mv.key, &buf, 0)?;
+                continue;
+            }
             let seg = &inputs[input];
             let off = mv.from.1;
             // The scan found the record in this mapping, so it is there; never copy an empty
