@@ -357,6 +357,14 @@ impl Copying<'_, '_> {
             let Some((decision, deadline)) = d else {
                 continue;
             };
+            let mv = || Move {
+                ks: rec.meta.keyspace,
+                key: Key::from_slice(rec.key),
+                seq: rec.meta.seq,
+                from: (seg.id, off),
+                to: (0, 0),
+                len,
+            };
             match decision {
                 Decision::Drop => {}
                 Decision::Copy => self.copies.push(Copy {
@@ -364,42 +372,25 @@ impl Copying<'_, '_> {
                     meta: rec.meta,
                     deadline,
                     marker: false,
-                    mv: Move {
-                        ks: rec.meta.keyspace,
-                        key: Key::from_slice(rec.key),
-                        seq: rec.meta.seq,
-                        from: (seg.id, off),
-                        to: (0, 0),
-                        len,
-                    },
+                    mv: mv(),
                 }),
-                Decision::Marker => {
-                    let meta = Meta {
+                // Written with the lasting copies, in key order: markers written as they were
+                // decided (input order, random keys) broke the output's key order, so it got a
+                // hint a quarter its size (DESIGN.md §7, "Output order").
+                Decision::Marker => self.copies.push(Copy {
+                    input,
+                    meta: Meta {
                         kind: Kind::Tombstone,
                         flags: FLAG_SHADOWS | FLAG_MARKER,
                         keyspace: rec.meta.keyspace,
                         ttl: ItemTtl::Inherit,
                         seq: rec.meta.seq,
                         write_ms: rec.meta.write_ms,
-                    };
-                    // Written with the lasting copies, in key order: markers written as they
-                    // were decided (input order, random keys) broke the output's key order,
-                    // so it got a hint a quarter its size (DESIGN.md §7, "Output order").
-                    self.copies.push(Copy {
-                        input,
-                        meta,
-                        deadline: ttl::NEVER,
-                        marker: true,
-                        mv: Move {
-                            ks: rec.meta.keyspace,
-                            key: Key::from_slice(rec.key),
-                            seq: rec.meta.seq,
-                            from: (seg.id, off),
-                            to: (0, 0),
-                            len,
-                        },
-                    });
-                }
+                    },
+                    deadline: ttl::NEVER,
+                    marker: true,
+                    mv: mv(),
+                }),
             }
         }
         Ok(())
