@@ -434,3 +434,60 @@ fn markers_keep_a_merge_output_in_key_order() -> ebbdb::Result<()> {
     }
     Ok(())
 }
+
+/// The same with a marker and a copy of one key in the merge (a key deleted, then written
+/// again): the two are written newest first, the order open and the hint count as key order,
+/// so the output still goes without a hint. Found by a review: with such ties in arbitrary
+/// order the outputs had 36-73 breaks in 700-800 records and each got a hint.
+#[test]
+fn a_marker_and_a_copy_of_one_key_keep_key_order() -> ebbdb::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let c = clock();
+    let store = Store::open_with(dir.path(), opts(&c))?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    let n = 3_000;
+    for i in 0..n {
+        ks.put(key(shuffled(i)), [1u8; 100])?;
+    }
+    store.compact_full()?;
+    // One key in ten deleted and written again with a one-byte value, one in ten deleted:
+    // the active segment ends two thirds dead and is merged alone, every delete kept as a
+    // marker (the compacted segments hold the older versions), a fifth dead themselves.
+    for i in (0..n).filter(|i| i % 10 == 0 || i % 10 == 5) {
+        ks.delete(key(shuffled(i)))?;
+        if i % 10 == 0 {
+            ks.put(key(shuffled(i)), [2u8])?;
+        }
+    }
+    let before = segments(dir.path())?;
+    let report = store.compact()?;
+    assert!(
+        report.markers_written > 0 && report.records_copied > 0,
+        "markers and copies in one merge: {report:?}"
+    );
+    drop(ks);
+    drop(store);
+    let outputs: Vec<_> = segments(dir.path())?
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert!(!outputs.is_empty(), "the merge wrote an output");
+    for seg in &outputs {
+        assert!(
+            !seg.with_extension("hint").exists(),
+            "{} got a hint: a key's marker and copy are out of order",
+            seg.display()
+        );
+    }
+    let store = Store::open_with(dir.path(), opts(&c))?;
+    let ks = store.keyspace("ks")?;
+    for i in 0..n {
+        let want = match i % 10 {
+            0 => Some(vec![2u8]),
+            5 => None,
+            _ => Some(vec![1u8; 100]),
+        };
+        assert_eq!(ks.get(key(shuffled(i)))?, want, "key {i}");
+    }
+    Ok(())
+}
