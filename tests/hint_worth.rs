@@ -380,6 +380,54 @@ fn a_close_spends_its_hint_budget_only_on_segments_it_scans() {
     );
 }
 
+/// A store of keys `0..n` (shuffled) with 100-byte values, every record in sealed segments
+/// merged in key order (`compact_full`), the active segment empty.
+fn compacted(
+    dir: &std::path::Path,
+    c: &ManualClock,
+    n: usize,
+) -> ebbdb::Result<(Store, ebbdb::Keyspace)> {
+    let store = Store::open_with(dir, opts(c))?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    for i in 0..n {
+        ks.put(key(shuffled(i)), [1u8; 100])?;
+    }
+    store.compact_full()?;
+    Ok((store, ks))
+}
+
+/// Runs `compact()` on `store`, closes it (a close writes every hint the rule wants and is
+/// still missing), and checks that the merge kept markers and that none of its outputs got a
+/// hint (`why` says what a hint would mean). Returns the merge's report.
+fn merge_alone_without_hints(
+    dir: &std::path::Path,
+    store: Store,
+    ks: ebbdb::Keyspace,
+    why: &str,
+) -> ebbdb::Result<ebbdb::CompactionReport> {
+    let before = segments(dir)?;
+    let report = store.compact()?;
+    assert!(
+        report.markers_written > 0,
+        "the merge keeps markers: {report:?}"
+    );
+    drop(ks);
+    drop(store);
+    let outputs: Vec<_> = segments(dir)?
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert!(!outputs.is_empty(), "the merge wrote an output");
+    for seg in &outputs {
+        assert!(
+            !seg.with_extension("hint").exists(),
+            "{} got a hint: {why}",
+            seg.display()
+        );
+    }
+    Ok(report)
+}
+
 /// A merge that leaves older versions outside it keeps the deletes it drops as
 /// no-resurrection markers, written with the lasting records in key order: the output stays
 /// in key order and, its records being small, goes without a hint. Written as they were
@@ -390,42 +438,15 @@ fn a_close_spends_its_hint_budget_only_on_segments_it_scans() {
 fn markers_keep_a_merge_output_in_key_order() -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
     let c = clock();
-    let store = Store::open_with(dir.path(), opts(&c))?;
-    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
     let n = 3_000;
-    for i in 0..n {
-        ks.put(key(shuffled(i)), [1u8; 100])?;
-    }
-    // Every put in sealed segments, the active one empty; then deletes of one key in ten, in
-    // random order: the active segment holds their tombstones alone, all dead, while the
-    // store as a whole is a tenth dead (under the pressure share), so the next merge takes
-    // that segment alone and keeps each delete as a marker.
-    store.compact_full()?;
+    let (store, ks) = compacted(dir.path(), &c, n)?;
+    // Deletes of one key in ten, in random order: the active segment holds their tombstones
+    // alone, all dead, while the store as a whole is a tenth dead (under the pressure share),
+    // so the next merge takes that segment alone and keeps each delete as a marker.
     for i in (0..n).filter(|i| i % 10 == 0) {
         ks.delete(key(shuffled(i)))?;
     }
-    let before = segments(dir.path())?;
-    let report = store.compact()?;
-    assert!(
-        report.markers_written > 0,
-        "the deletes' segments merge alone and keep markers: {report:?}"
-    );
-    drop(ks);
-    // A close writes every hint the rule wants and is still missing.
-    drop(store);
-    let outputs: Vec<_> = segments(dir.path())?
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .collect();
-    assert!(!outputs.is_empty(), "the merge wrote an output");
-    for seg in &outputs {
-        let hint = seg.with_extension("hint");
-        assert!(
-            !hint.exists(),
-            "{} got a hint: its markers are out of key order",
-            seg.display()
-        );
-    }
+    merge_alone_without_hints(dir.path(), store, ks, "its markers are out of key order")?;
     let store = Store::open_with(dir.path(), opts(&c))?;
     let ks = store.keyspace("ks")?;
     for i in 0..n {
@@ -443,13 +464,8 @@ fn markers_keep_a_merge_output_in_key_order() -> ebbdb::Result<()> {
 fn a_marker_and_a_copy_of_one_key_keep_key_order() -> ebbdb::Result<()> {
     let dir = tempfile::tempdir()?;
     let c = clock();
-    let store = Store::open_with(dir.path(), opts(&c))?;
-    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
     let n = 3_000;
-    for i in 0..n {
-        ks.put(key(shuffled(i)), [1u8; 100])?;
-    }
-    store.compact_full()?;
+    let (store, ks) = compacted(dir.path(), &c, n)?;
     // One key in ten deleted and written again with a one-byte value, one in ten deleted:
     // the active segment ends two thirds dead and is merged alone, every delete kept as a
     // marker (the compacted segments hold the older versions), a fifth dead themselves.
@@ -459,26 +475,16 @@ fn a_marker_and_a_copy_of_one_key_keep_key_order() -> ebbdb::Result<()> {
             ks.put(key(shuffled(i)), [2u8])?;
         }
     }
-    let before = segments(dir.path())?;
-    let report = store.compact()?;
+    let report = merge_alone_without_hints(
+        dir.path(),
+        store,
+        ks,
+        "a key's marker and copy are out of order",
+    )?;
     assert!(
-        report.markers_written > 0 && report.records_copied > 0,
-        "markers and copies in one merge: {report:?}"
+        report.records_copied > 0,
+        "copies in the merge too: {report:?}"
     );
-    drop(ks);
-    drop(store);
-    let outputs: Vec<_> = segments(dir.path())?
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .collect();
-    assert!(!outputs.is_empty(), "the merge wrote an output");
-    for seg in &outputs {
-        assert!(
-            !seg.with_extension("hint").exists(),
-            "{} got a hint: a key's marker and copy are out of order",
-            seg.display()
-        );
-    }
     let store = Store::open_with(dir.path(), opts(&c))?;
     let ks = store.keyspace("ks")?;
     for i in 0..n {
