@@ -264,12 +264,12 @@ const MERGE_INPUT_SEGMENTS: u64 = 4;
 /// both are written once every input is decided, in output order ([`order_copies`]). `input`
 /// indexes the merge's inputs; the move's `from` and `len` say where the record is, its `to`
 /// is filled in when it is written. A marker (`meta` is its tombstone's, `deadline` never)
-/// is encoded anew and moves no entry.
+/// is encoded anew and moves no entry; a copy is always of a put, so a tombstone's `meta`
+/// tells the two apart.
 struct Copy {
     input: usize,
     meta: Meta,
     deadline: u64,
-    marker: bool,
     mv: Move,
 }
 
@@ -373,13 +373,15 @@ impl Copying<'_, '_> {
                 to: (0, 0),
                 len,
             };
+            // Only puts are copied ([`decide`]), which `write_copies` relies on to tell a
+            // marker from a copy.
+            debug_assert!(!matches!(decision, Decision::Copy) || rec.meta.kind == Kind::Put);
             match decision {
                 Decision::Drop => {}
                 Decision::Copy => self.copies.push(Copy {
                     input,
                     meta: rec.meta,
                     deadline,
-                    marker: false,
                     mv: mv(),
                 }),
                 // Written with the lasting copies, in key order: markers written as they were
@@ -396,7 +398,6 @@ impl Copying<'_, '_> {
                         write_ms: rec.meta.write_ms,
                     },
                     deadline: ttl::NEVER,
-                    marker: true,
                     mv: mv(),
                 }),
             }
@@ -415,11 +416,10 @@ impl Copying<'_, '_> {
             input,
             meta,
             deadline,
-            marker,
             mut mv,
         } in copies
         {
-            if marker {
+            if meta.kind == Kind::Tombstone {
                 buf.clear();
                 record::encode(&mut buf, &meta, &mv.key, &[]);
                 self.report.markers_written += 1;
