@@ -1,5 +1,6 @@
-//! The standard workloads: bulk fill, durable fill, random reads (warm and after reopen),
-//! 90/10 read/write, full scan, open time. Each phase runs in its own child process.
+//! The standard workloads: bulk fill, durable fill, random reads (warm, after reopen, and
+//! after reopen with the page cache dropped), 90/10 read/write, full scan, open time. Each
+//! phase runs in its own child process.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -191,6 +192,44 @@ pub fn reopen(kind: Kind, dir: &Path, n: u64) -> Res<Value> {
         "rss_after_open": rss_open.saturating_sub(rss_before),
         "cold_reads": cold_reads,
         "rss_reopen": peak_rss(),
+    }))
+}
+
+/// Phase `cold`, in a fresh process on the `load` directory after `reopen`: the directory's
+/// files dropped from the OS page cache (`pagecache::evict`), as after a reboot, then the open
+/// time (open + first read, so the open reads cold too) and the warm reads' random gets (same
+/// generator, seed and count) with both the engine's caches and the page cache cold.
+pub fn cold(kind: Kind, dir: &Path, n: u64) -> Res<Value> {
+    let (before, total) = crate::pagecache::resident(dir);
+    let method = crate::pagecache::evict(dir)?;
+    let (after, _) = crate::pagecache::resident(dir);
+    let t = Instant::now();
+    let eng = open(kind, dir, &OpenOpts::relaxed())?;
+    eng.get(&key(0))?.ok_or("key 0 missing after reopen")?;
+    let open_secs = t.elapsed().as_secs_f64();
+    let (after_open, _) = crate::pagecache::resident(dir);
+    let reads = random_reads(&*eng, n, n, 1)?;
+    let (after_reads, _) = crate::pagecache::resident(dir);
+    drop(eng);
+    let mib = |b: u64| b as f64 / 1048576.0;
+    eprintln!(
+        "[{}] cold: evicted by {method}; resident {:.1} -> {:.1} MiB of {:.1} MiB, {:.1} MiB after open, {:.1} MiB after the gets",
+        kind.name(),
+        mib(before),
+        mib(after),
+        mib(total),
+        mib(after_open),
+        mib(after_reads),
+    );
+    Ok(json!({
+        "cold_open_secs": open_secs,
+        "cold_get_ops": reads,
+        "cold_evict": method,
+        "cold_bytes": total,
+        "cold_resident_before": before,
+        "cold_resident_after": after,
+        "cold_resident_open": after_open,
+        "cold_resident_end": after_reads,
     }))
 }
 

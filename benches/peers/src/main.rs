@@ -15,6 +15,7 @@
 mod bench;
 mod engines;
 mod keeps_up;
+mod pagecache;
 mod peers;
 mod plots;
 mod query;
@@ -78,7 +79,8 @@ impl Config {
     }
 }
 
-const PHASES: [&str; 6] = ["load", "reopen", "durable", "space", "ttl", "nottl"];
+/// `reopen` and `cold` read the directory `load` left (`cold` removes it), so they follow it.
+const PHASES: [&str; 7] = ["load", "reopen", "cold", "durable", "space", "ttl", "nottl"];
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -127,6 +129,7 @@ fn child(phase: &str, cfg: Config) -> Res<Value> {
     match phase {
         "load" => bench::load(kind, &dir, cfg.n),
         "reopen" => bench::reopen(kind, &dir, cfg.n),
+        "cold" => bench::cold(kind, &dir, cfg.n),
         "durable" => bench::durable(kind, &dir, cfg.durable_1, cfg.durable_4),
         "space" => bench::space(kind, &dir, cfg.n),
         "ttl" => ttl::churn(kind, &dir, cfg.ttl, true),
@@ -368,10 +371,11 @@ fn parent(cfg: Config) -> Res<()> {
     for (phase, kind) in plan {
         let root = data.path().join(kind.name());
         let entry = results.entry(kind.name()).or_default();
-        if phase == "reopen" && !entry.contains_key("fill_ops") {
+        let on_load = matches!(phase, "reopen" | "cold");
+        if on_load && !entry.contains_key("fill_ops") {
             continue;
         }
-        let dir = root.join(if phase == "reopen" { "load" } else { phase });
+        let dir = root.join(if on_load { "load" } else { phase });
         let t = Instant::now();
         eprintln!("[{}] {phase} ...", kind.name());
         match run_child(kind, phase, &dir, cfg.quick, limit) {
@@ -408,8 +412,8 @@ fn parent(cfg: Config) -> Res<()> {
                 failures.push((kind.name().into(), phase.into(), e));
             }
         }
-        if phase != "load" {
-            let _ = std::fs::remove_dir_all(&dir); // `reopen` removes the load directory
+        if !matches!(phase, "load" | "reopen") {
+            let _ = std::fs::remove_dir_all(&dir); // `cold` removes the load directory
         }
     }
     let run = report::Run {

@@ -50,6 +50,14 @@ Other notes:
   run to run by 2× or more: compare these rows with care.
 - Reads after reopen run in a new process (engine caches cold), but the OS page cache is not
   dropped. Peak RSS is VmHWM of the child process that ran the phase.
+- Cold random gets (page cache dropped), as after a reboot: another new process, after the
+  reopen phase, first drops the directory's files from the page cache (each file fsynced, then
+  `sync`, `1` written to /proc/sys/vm/drop_caches when run as root, and
+  `posix_fadvise(POSIX_FADV_DONTNEED)` on every file; the method used is in the raw results),
+  then opens the engine (the open time beside it includes that cold open and a first read) and
+  runs the warm reads' gets (same keys, same count). The rate averages over the whole run, in
+  which the page cache warms up again; `mincore` gives the share still resident after the
+  eviction (its row in the resources table).
 - Space after churn: a fresh directory, the fill, then one operation per key in 1,000-op
   batches (each batch's puts, then its deletes); disk (files counted as min(length,
   allocated)) over 116 bytes per key the harness knows to be live. The full compaction is each
@@ -317,6 +325,13 @@ pub fn write(docs: &Path, run: &Run) -> Res<()> {
     row(
         &mut o,
         run,
+        "cold random get (page cache dropped)",
+        "cold_get_ops",
+        1.0,
+    );
+    row(
+        &mut o,
+        run,
         "90% reads / 10% overwrites, 2 threads",
         "mixed_ops",
         1.0,
@@ -330,6 +345,26 @@ pub fn write(docs: &Path, run: &Run) -> Res<()> {
         "open time after the fill (ms, open + first read)",
         "open_secs",
         1000.0,
+    );
+    row(
+        &mut o,
+        run,
+        "open time, page cache dropped (ms, open + first read)",
+        "cold_open_secs",
+        1000.0,
+    );
+    text_row(
+        &mut o,
+        run,
+        "page cache dropped: resident before → after eviction, of the directory (MiB)",
+        |m| {
+            Some(format!(
+                "{:.1} → {:.1} of {:.1}",
+                num(m, "cold_resident_before")? * mib,
+                num(m, "cold_resident_after")? * mib,
+                num(m, "cold_bytes")? * mib
+            ))
+        },
     );
     row(
         &mut o,
