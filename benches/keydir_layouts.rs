@@ -1,6 +1,8 @@
 //! Candidate layouts for the key directory, measured alone (no engine): the B-tree it is today
-//! against hash tables, for the operations the engine makes of it. The numbers for the design
-//! question of DESIGN.md §3.1 ("Why still a B-tree").
+//! against hash tables, and a prototype of a hash table with the key order kept in sorted runs
+//! ([`Runs`]), for the operations the engine makes of it, and churn as under TTLs (the oldest
+//! key out, a new one in). The numbers for the design question of DESIGN.md §3.1 ("Why still
+//! a B-tree").
 //!
 //! Run: `cargo bench --bench keydir_layouts` (EBBDB_KEYS=4000000 for a bigger map; default
 //! 1 M). Keys are 16 random bytes held in a 24-byte key as the engine holds them (length and
@@ -173,6 +175,288 @@ impl<S: BuildHasher> Layout for Both<S> {
     }
 }
 
+/// A prototype of the design DESIGN.md §3.1 weighs: entries in slots, found through a hash
+/// table of slot numbers (64 open-addressing tables picked by the hash's top bits, so growing
+/// one rehashes a 64th of the keys), and the key order kept apart as sorted runs of slot
+/// references (the key's first 8 bytes, then the slot). A new key's reference goes to an
+/// unsorted batch of [`FRESH`]; a full batch is sorted into a run, and the two newest runs are
+/// merged while the older is at most 4 times the newer and the two hold at most [`RUN_CAP`]
+/// (so a merge holds the writer for a bounded time). A removal only marks the slot dead: its
+/// reference is dropped when a merge or a purge meets it, and only then is the slot reused, so
+/// every reference still compares by the key it was sorted by.
+struct Runs {
+    fold: Fold,
+    slots: Vec<(K, E)>,
+    dead: Vec<bool>,
+    free: Vec<u32>,
+    tables: Vec<Table>,
+    live: usize,
+    runs: Vec<Vec<Ref>>,
+    fresh: Vec<Ref>,
+    dead_refs: usize,
+}
+
+/// An open-addressing table of slot numbers: `ctrl` is 0 for empty, 1 for a removed entry,
+/// 0x80 | 7 bits of the hash for a full one.
+#[derive(Clone)]
+struct Table {
+    ctrl: Vec<u8>,
+    slot: Vec<u32>,
+    used: usize,
+    live: usize,
+}
+
+/// A key's place in the order: its first 8 bytes (big-endian) and its slot, in 12 bytes.
+#[derive(Clone, Copy)]
+struct Ref([u32; 3]);
+
+impl Ref {
+    fn new(k: &K, slot: usize) -> Self {
+        let pre = prefix(k);
+        Self([(pre >> 32) as u32, pre as u32, slot as u32])
+    }
+    fn pre(self) -> u64 {
+        (u64::from(self.0[0]) << 32) | u64::from(self.0[1])
+    }
+    fn slot(self) -> usize {
+        self.0[2] as usize
+    }
+}
+
+fn prefix(k: &K) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&k.bytes[..8]);
+    u64::from_be_bytes(b)
+}
+
+const FRESH: usize = 256;
+const RUN_CAP: usize = 1 << 18;
+
+impl Runs {
+    fn new() -> Self {
+        let empty = Table {
+            ctrl: vec![0; 16],
+            slot: vec![0; 16],
+            used: 0,
+            live: 0,
+        };
+        Self {
+            fold: fold_seed(),
+            slots: Vec::new(),
+            dead: Vec::new(),
+            free: Vec::new(),
+            tables: vec![empty; 64],
+            live: 0,
+            runs: Vec::new(),
+            fresh: Vec::new(),
+            dead_refs: 0,
+        }
+    }
+
+    fn tag(h: u64) -> u8 {
+        0x80 | ((h >> 50) as u8 & 0x7f)
+    }
+
+    /// (table, position) of `k`.
+    fn find(&self, k: &K, h: u64) -> Option<(usize, usize)> {
+        let ti = (h >> 58) as usize;
+        let t = &self.tables[ti];
+        let mask = t.ctrl.len() - 1;
+        let mut p = h as usize & mask;
+        loop {
+            match t.ctrl[p] {
+                0 => return None,
+                c if c == Self::tag(h) && self.slots[t.slot[p] as usize].0 == *k => {
+                    return Some((ti, p))
+                }
+                _ => p = (p + 1) & mask,
+            }
+        }
+    }
+
+    fn grow(&mut self, ti: usize) {
+        let cap = ((self.tables[ti].live + 1) * 2).next_power_of_two().max(16);
+        let mut t = Table {
+            ctrl: vec![0; cap],
+            slot: vec![0; cap],
+            used: 0,
+            live: self.tables[ti].live,
+        };
+        let old = &self.tables[ti];
+        for (&c, &s) in old.ctrl.iter().zip(&old.slot) {
+            if c >= 0x80 {
+                let h = self.fold.hash_one(self.slots[s as usize].0);
+                let mut p = h as usize & (cap - 1);
+                while t.ctrl[p] != 0 {
+                    p = (p + 1) & (cap - 1);
+                }
+                t.ctrl[p] = Self::tag(h);
+                t.slot[p] = s;
+                t.used += 1;
+            }
+        }
+        self.tables[ti] = t;
+    }
+
+    fn less(&self, a: Ref, b: Ref) -> bool {
+        match a.pre().cmp(&b.pre()) {
+            std::cmp::Ordering::Equal => self.slots[a.slot()].0 < self.slots[b.slot()].0,
+            o => o.is_lt(),
+        }
+    }
+
+    /// Drops the references to dead slots from `run`, freeing those slots.
+    fn drop_dead(&mut self, run: &mut Vec<Ref>) {
+        let before = run.len();
+        let (dead, free) = (&self.dead, &mut self.free);
+        run.retain(|r| {
+            let gone = dead[r.slot()];
+            if gone {
+                free.push(r.0[2]);
+            }
+            !gone
+        });
+        self.dead_refs -= before - run.len();
+    }
+
+    fn flush(&mut self) {
+        let mut fresh = std::mem::take(&mut self.fresh);
+        self.drop_dead(&mut fresh);
+        let slots = &self.slots;
+        fresh.sort_unstable_by(|a, b| {
+            (a.pre(), &slots[a.slot()].0).cmp(&(b.pre(), &slots[b.slot()].0))
+        });
+        self.runs.push(fresh);
+        while let [.., a, b] = &self.runs[..] {
+            if a.len() > 4 * b.len() || a.len() + b.len() > RUN_CAP {
+                break;
+            }
+            let (b, a) = (
+                self.runs.pop().unwrap_or_default(),
+                self.runs.pop().unwrap_or_default(),
+            );
+            let mut out = Vec::with_capacity(a.len() + b.len());
+            let (mut i, mut j) = (0, 0);
+            while i < a.len() && j < b.len() {
+                if self.less(b[j], a[i]) {
+                    out.push(b[j]);
+                    j += 1;
+                } else {
+                    out.push(a[i]);
+                    i += 1;
+                }
+            }
+            out.extend_from_slice(&a[i..]);
+            out.extend_from_slice(&b[j..]);
+            self.drop_dead(&mut out);
+            self.runs.push(out);
+        }
+    }
+
+    /// Drops the dead references of the run holding the most of them.
+    fn purge(&mut self) {
+        let most = (0..self.runs.len())
+            .max_by_key(|&i| self.runs[i].iter().filter(|r| self.dead[r.slot()]).count());
+        if let Some(i) = most {
+            let mut run = std::mem::take(&mut self.runs[i]);
+            self.drop_dead(&mut run);
+            self.runs[i] = run;
+        }
+    }
+}
+
+impl Layout for Runs {
+    fn insert(&mut self, k: K, e: E) {
+        let h = self.fold.hash_one(k);
+        if let Some((ti, p)) = self.find(&k, h) {
+            let s = self.tables[ti].slot[p] as usize;
+            self.slots[s].1 = e;
+            return;
+        }
+        let ti = (h >> 58) as usize;
+        if (self.tables[ti].used + 1) * 8 > self.tables[ti].ctrl.len() * 7 {
+            self.grow(ti);
+        }
+        let s = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = (k, e);
+                self.dead[s as usize] = false;
+                s as usize
+            }
+            None => {
+                self.slots.push((k, e));
+                self.dead.push(false);
+                self.slots.len() - 1
+            }
+        };
+        let t = &mut self.tables[ti];
+        let mask = t.ctrl.len() - 1;
+        let mut p = h as usize & mask;
+        while t.ctrl[p] >= 0x80 {
+            p = (p + 1) & mask;
+        }
+        if t.ctrl[p] == 0 {
+            t.used += 1;
+        }
+        t.ctrl[p] = Self::tag(h);
+        t.slot[p] = s as u32;
+        t.live += 1;
+        self.live += 1;
+        self.fresh.push(Ref::new(&k, s));
+        if self.fresh.len() >= FRESH {
+            self.flush();
+        }
+    }
+    fn get(&self, k: &K) -> Option<&E> {
+        let (ti, p) = self.find(k, self.fold.hash_one(k))?;
+        Some(&self.slots[self.tables[ti].slot[p] as usize].1)
+    }
+    fn remove(&mut self, k: &K) -> Option<E> {
+        let (ti, p) = self.find(k, self.fold.hash_one(k))?;
+        let t = &mut self.tables[ti];
+        let s = t.slot[p] as usize;
+        t.ctrl[p] = 1;
+        t.live -= 1;
+        self.live -= 1;
+        self.dead[s] = true;
+        self.dead_refs += 1;
+        let e = self.slots[s].1;
+        if self.dead_refs > self.live / 2 + 4096 {
+            self.purge();
+        }
+        Some(e)
+    }
+    /// A merge of every run and the sorted fresh batch, the smallest head taken each step.
+    fn walk(&self) -> usize {
+        let slots = &self.slots;
+        let mut fresh = self.fresh.clone();
+        fresh.sort_unstable_by(|a, b| {
+            (a.pre(), &slots[a.slot()].0).cmp(&(b.pre(), &slots[b.slot()].0))
+        });
+        let mut heads: Vec<&[Ref]> = self.runs.iter().map(Vec::as_slice).collect();
+        heads.push(&fresh);
+        let mut n = 0;
+        loop {
+            let mut best: Option<usize> = None;
+            for (i, h) in heads.iter().enumerate() {
+                if let Some(&r) = h.first() {
+                    if best.is_none_or(|b| self.less(r, heads[b][0])) {
+                        best = Some(i);
+                    }
+                }
+            }
+            let Some(b) = best else { break };
+            let r = heads[b][0];
+            heads[b] = &heads[b][1..];
+            if !self.dead[r.slot()] {
+                black_box(&slots[r.slot()]);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
 fn run(name: &str, n: u64, mut map: impl Layout) {
     let ins = order(n, 1);
     let gets = order(n, 2);
@@ -194,19 +478,38 @@ fn run(name: &str, n: u64, mut map: impl Layout) {
     let walked = map.walk();
     let walk = t.elapsed().as_nanos() as f64 / n as f64;
     assert_eq!(walked as u64, n);
+    // Churn as under TTLs: the oldest key leaves, a new one comes, `n` times; each pair timed.
+    let mut slowest = std::time::Duration::ZERO;
+    let t = Instant::now();
+    for (j, &i) in ins.iter().enumerate() {
+        let one = Instant::now();
+        black_box(map.remove(&key(i)));
+        map.insert(key(n + j as u64), E([i; 5]));
+        slowest = slowest.max(one.elapsed());
+    }
+    let churn = t.elapsed().as_nanos() as f64 / n as f64;
+    let t = Instant::now();
+    let walked = map.walk();
+    let walk_after = t.elapsed().as_nanos() as f64 / walked.max(1) as f64;
+    assert_eq!(walked as u64, n);
+    // Half of the keys the churn brought in, in random order.
     let t = Instant::now();
     for &i in gets.iter().take(n as usize / 2) {
-        black_box(map.remove(&key(i)));
+        black_box(map.remove(&key(n + i)));
     }
     let remove = t.elapsed().as_nanos() as f64 / (n / 2) as f64;
-    println!("| {name} | {insert:.0} | {get:.0} | {remove:.0} | {walk:.0} | {bytes:.0} |");
+    println!(
+        "| {name} | {insert:.0} | {get:.0} | {remove:.0} | {walk:.0} | {bytes:.0} | {churn:.0} | {:.2} | {walk_after:.0} |",
+        slowest.as_secs_f64() * 1e3
+    );
 }
 
-const LAYOUTS: [&str; 4] = [
+const LAYOUTS: [&str; 5] = [
     "B-tree (today)",
     "hash, SipHash-1-3",
     "hash, keyed fold",
     "hash (keyed fold) + B-tree of keys",
+    "hash (keyed fold) + sorted runs (prototype)",
 ];
 
 fn main() {
@@ -225,17 +528,20 @@ fn main() {
             0 => run(name, n, BTreeMap::<K, E>::new()),
             1 => run(name, n, HashMap::<K, E>::new()),
             2 => run(name, n, HashMap::<K, E, Fold>::with_hasher(fold_seed())),
-            _ => run(
+            3 => run(
                 name,
                 n,
                 Both(HashMap::with_hasher(fold_seed()), BTreeSet::new()),
             ),
+            _ => run(name, n, Runs::new()),
         }
         return;
     }
-    println!("{n} keys; ns per operation; RssAnon growth over the inserts per key");
-    println!("| layout | insert | get | remove | ordered walk | bytes/key |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("{n} keys; ns per operation; RssAnon growth over the inserts per key; churn: the");
+    println!("oldest key removed and a new one inserted, n times (the slowest pair in ms), then");
+    println!("an ordered walk of what is left");
+    println!("| layout | insert | get | remove | ordered walk | bytes/key | churn | slowest churn pair (ms) | walk after churn |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let Ok(me) = std::env::current_exe() else {
         eprintln!("cannot find this program to run the layouts");
         std::process::exit(1);
