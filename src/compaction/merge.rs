@@ -261,16 +261,22 @@ fn may_look_up(rec: &Record<'_>) -> bool {
 const MERGE_INPUT_SEGMENTS: u64 = 4;
 
 /// A record decided to be copied, or a no-resurrection marker to write, not written yet:
-/// both are written once every input is decided, in output order ([`order_copies`]). `input`
-/// indexes the merge's inputs; the move's `from` and `len` say where the record is, its `to`
-/// is filled in when it is written. A marker (`meta` is its tombstone's, `deadline` never)
-/// is encoded anew and moves no entry; a copy is always of a put, so a tombstone's `meta`
-/// tells the two apart.
+/// both are written once every input is decided, in output order ([`order_copies`]). The
+/// record is `len` bytes at `off` of the merge's input number `input`; its other header
+/// fields are read again from there when it is written (the mapping does not change), so
+/// that a merge of four segments of small records, which holds millions of these at once,
+/// keeps 64 bytes per record rather than the 112 a copy of its header and its move took
+/// (DESIGN.md §7, "Merge memory"). A marker is encoded anew from the record it stands for
+/// and moves no entry.
 struct Copy {
-    input: usize,
-    meta: Meta,
     deadline: u64,
-    mv: Move,
+    seq: u64,
+    key: Key,
+    ks: u32,
+    input: u32,
+    off: u32,
+    len: u32,
+    marker: bool,
 }
 
 /// The order copies are written in: by deadline (records that expire together share output
@@ -282,11 +288,11 @@ struct Copy {
 /// such ties in arbitrary order).
 fn order_copies(copies: &mut [Copy]) {
     copies.sort_unstable_by(|a, b| {
-        (a.deadline, a.mv.ks, a.mv.key.as_slice(), std::cmp::Reverse(a.mv.seq)).cmp(&(
+        (a.deadline, a.ks, a.key.as_slice(), std::cmp::Reverse(a.seq)).cmp(&(
             b.deadline,
-            b.mv.ks,
-            b.mv.key.as_slice(),
-            std::cmp::Reverse(b.mv.seq),
+            b.ks,
+            b.key.as_slice(),
+            std::cmp::Reverse(b.seq),
         ))
     });
 }
@@ -361,46 +367,32 @@ impl Copying<'_, '_> {
             // A waiting writer goes next (see `handle_fired`).
             parking_lot::RwLockReadGuard::unlock_fair(st);
         }
+        let input = u32::try_from(input).map_err(|_| Error::TooLarge("merge inputs".into()))?;
         for ((off, len, rec), d) in pending.drain(..).zip(decided) {
             let Some((decision, deadline)) = d else {
                 continue;
             };
-            let mv = || Move {
-                ks: rec.meta.keyspace,
-                key: Key::from_slice(rec.key),
-                seq: rec.meta.seq,
-                from: (seg.id, off),
-                to: (0, 0),
-                len,
-            };
             // Only puts are copied ([`decide`]), which `write_copies` relies on to tell a
             // marker from a copy.
             debug_assert!(!matches!(decision, Decision::Copy) || rec.meta.kind == Kind::Put);
-            match decision {
-                Decision::Drop => {}
-                Decision::Copy => self.copies.push(Copy {
-                    input,
-                    meta: rec.meta,
-                    deadline,
-                    mv: mv(),
-                }),
+            let marker = match decision {
+                Decision::Drop => continue,
+                Decision::Copy => false,
                 // Written with the lasting copies, in key order: markers written as they were
                 // decided (input order, random keys) broke the output's key order, so it got a
                 // hint a quarter its size (DESIGN.md §7, "Output order").
-                Decision::Marker => self.copies.push(Copy {
-                    input,
-                    meta: Meta {
-                        kind: Kind::Tombstone,
-                        flags: FLAG_SHADOWS | FLAG_MARKER,
-                        keyspace: rec.meta.keyspace,
-                        ttl: ItemTtl::Inherit,
-                        seq: rec.meta.seq,
-                        write_ms: rec.meta.write_ms,
-                    },
-                    deadline: ttl::NEVER,
-                    mv: mv(),
-                }),
-            }
+                Decision::Marker => true,
+            };
+            self.copies.push(Copy {
+                deadline: if marker { ttl::NEVER } else { deadline },
+                seq: rec.meta.seq,
+                key: Key::from_slice(rec.key),
+                ks: rec.meta.keyspace,
+                input,
+                off,
+                len,
+                marker,
+            });
         }
         Ok(())
     }
@@ -413,31 +405,50 @@ impl Copying<'_, '_> {
         let mut moves = Vec::with_capacity(copies.len());
         let mut buf = Vec::new();
         for Copy {
-            input,
-            meta,
             deadline,
-            mut mv,
+            seq,
+            key,
+            ks,
+            input,
+            off,
+            len,
+            marker,
         } in copies
         {
-            if meta.kind == Kind::Tombstone {
+            let seg = &inputs[input as usize];
+            // The scan decoded this record in this mapping, so it is there and its header
+            // reads; never copy an empty stand-in if that ever failed.
+            let (raw, meta) = seg
+                .read(off, len)
+                .and_then(|raw| Some((raw, record::plausible(raw)?)))
+                .ok_or_else(|| {
+                    Error::corruption(seg.path(), u64::from(off), "a merge input's record changed")
+                })?;
+            if marker {
+                let meta = Meta {
+                    kind: Kind::Tombstone,
+                    flags: FLAG_SHADOWS | FLAG_MARKER,
+                    ttl: ItemTtl::Inherit,
+                    ..meta
+                };
                 buf.clear();
-                record::encode(&mut buf, &meta, &mv.key, &[]);
+                record::encode(&mut buf, &meta, &key, &[]);
                 self.report.markers_written += 1;
                 // Deadline 0, as before: a marker sets no `dies_by` (sorted with the lasting
                 // records only for the order).
-                self.outputs.place(&meta, &mv.key, &buf, 0)?;
+                self.outputs.place(&meta, &key, &buf, 0)?;
                 continue;
             }
-            let seg = &inputs[input];
-            let off = mv.from.1;
-            // The scan found the record in this mapping, so it is there; never copy an empty
-            // stand-in if that ever failed.
-            let raw = seg.read(off, mv.len).ok_or_else(|| {
-                Error::corruption(seg.path(), u64::from(off), "record past the segment's end")
-            })?;
-            mv.to = self.outputs.place(&meta, &mv.key, raw, deadline)?;
+            let to = self.outputs.place(&meta, &key, raw, deadline)?;
             self.report.records_copied += 1;
-            moves.push(mv);
+            moves.push(Move {
+                ks,
+                key,
+                seq,
+                from: (seg.id, off),
+                to,
+                len,
+            });
         }
         Ok(moves)
     }
@@ -997,6 +1008,13 @@ mod tests {
     use super::*;
     use crate::keydir::{Entry, Key};
     use crate::ttl::{DefaultTtl, TtlChange};
+
+    /// A noted copy stays 64 bytes (a merge holds millions at once; DESIGN.md §7, "Merge
+    /// memory").
+    #[test]
+    fn a_noted_copy_takes_64_bytes() {
+        assert_eq!(std::mem::size_of::<Copy>(), 64);
+    }
 
     fn code(d: &(Decision, u64)) -> (u8, u64) {
         (
