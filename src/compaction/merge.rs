@@ -265,7 +265,7 @@ const MERGE_INPUT_SEGMENTS: u64 = 4;
 /// record is `len` bytes at `off` of the merge's input number `input`; its other header
 /// fields are read again from there when it is written (the mapping does not change), so
 /// that a merge of four segments of small records, which holds millions of these at once,
-/// keeps 64 bytes per record rather than the 112 a copy of its header and its move took
+/// keeps 64 bytes per record rather than the 104 a copy of its header and its move took
 /// (DESIGN.md §7, "Merge memory"). A marker is encoded anew from the record it stands for
 /// and moves no entry.
 struct Copy {
