@@ -272,30 +272,44 @@ fn pages_of_an_index_walk_survive_batches_moving_items_between_them() {
     }
 }
 
-/// Runs `walk(i)` for `i` in `0..walks` while another thread keeps committing batches that
-/// move items ([`move_four`]), and checks that thread ran.
+/// Runs `walk(i)` for `i` in `0..walks`, and on until the other thread has committed a few
+/// batches (on a loaded machine the walks could otherwise all run before its first), while
+/// that thread keeps committing batches that move items ([`move_four`]).
 fn racing_batches(
     c: &Container,
     history: &std::sync::Mutex<History>,
     walks: usize,
     mut walk: impl FnMut(usize),
 ) {
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const MIN_ROUNDS: u64 = 5;
+    let stop = AtomicBool::new(false);
+    let rounds = AtomicU64::new(0);
     std::thread::scope(|s| {
         let mover = s.spawn(|| {
             let mut round = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 move_four(c, history, round);
                 round += 1;
+                rounds.store(round, Ordering::Relaxed);
             }
             round
         });
         let guard = common::StopOnDrop(&stop);
-        for i in 0..walks {
+        let started = std::time::Instant::now();
+        let mut i = 0;
+        // A mover that panicked has finished: its panic surfaces at the join below.
+        while (i < walks || rounds.load(Ordering::Relaxed) < MIN_ROUNDS) && !mover.is_finished() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(120),
+                "the mover made {} rounds in two minutes",
+                rounds.load(Ordering::Relaxed)
+            );
             walk(i);
+            i += 1;
         }
         drop(guard);
-        assert!(mover.join().expect("mover") > 0, "the mover ran");
+        assert!(mover.join().expect("mover") >= MIN_ROUNDS, "the mover ran");
     });
 }
 
