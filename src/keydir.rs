@@ -45,10 +45,12 @@ impl Key {
         &self.0
     }
 
-    /// `bytes` as a key when it fits inline (no allocation): a lookup with it compares with
-    /// [`key_order`] rather than through `<[u8]>::cmp`.
-    fn probe(bytes: &[u8]) -> Option<Self> {
-        (bytes.len() <= INLINE).then(|| Self::from_slice(bytes))
+    /// `bytes` as a key to look up with: the map then compares with [`key_order`], eight bytes
+    /// at a time inline, rather than through `<[u8]>::cmp`, a `memcmp` call per comparison.
+    /// A key longer than [`INLINE`] costs an allocation here, and still wins (DESIGN.md §3.1,
+    /// "Lookups compare as keys").
+    fn probe(bytes: &[u8]) -> Self {
+        Self::from_slice(bytes)
     }
 }
 
@@ -248,12 +250,12 @@ impl KeyspaceState {
     /// below) rather than `map.get`, which would compare with `memcmp` calls.
     #[must_use]
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.map.get(key, Key::probe(key).as_ref())
+        self.map.get(&Key::probe(key))
     }
 
     /// As [`KeyspaceState::get`], mutable.
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        self.map.get_mut(key, Key::probe(key).as_ref())
+        self.map.get_mut(&Key::probe(key))
     }
 
     /// True if `key` has an entry.
@@ -264,7 +266,7 @@ impl KeyspaceState {
 
     /// Removes `key`'s entry from the map only (the caller keeps the census).
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        self.map.remove(key, Key::probe(key).as_ref())
+        self.map.remove(&Key::probe(key))
     }
 
     /// True if `e` is live at `now`.
@@ -350,7 +352,7 @@ mod tests {
             st.map.insert(Key::from_slice(k), e(i as u64));
         }
         for k in &keys {
-            let want = st.map.get(k.as_slice(), None).map(|e| e.seq);
+            let want = st.map.get(&Key::from_slice(k)).map(|e| e.seq);
             assert!(want.is_some());
             assert_eq!(st.get(k).map(|e| e.seq), want);
             assert!(st.contains(k));

@@ -83,34 +83,21 @@ impl KeyMap {
         self.shards.len()
     }
 
-    /// The entry for `key`; `probe` is `key` as a [`Key`] when it fits inline (compared
-    /// without `memcmp` calls).
-    pub(super) fn get(&self, key: &[u8], probe: Option<&Key>) -> Option<&Entry> {
-        let tree = &self.shards[self.shard_of(key)];
-        match probe {
-            Some(k) => tree.get(k),
-            None => tree.get(key),
-        }
+    /// The entry for `key`.
+    pub(super) fn get(&self, key: &Key) -> Option<&Entry> {
+        self.shards[self.shard_of(key)].get(key)
     }
 
     /// As [`KeyMap::get`], mutable.
-    pub(super) fn get_mut(&mut self, key: &[u8], probe: Option<&Key>) -> Option<&mut Entry> {
+    pub(super) fn get_mut(&mut self, key: &Key) -> Option<&mut Entry> {
         let i = self.shard_of(key);
-        let tree = &mut self.shards[i];
-        match probe {
-            Some(k) => tree.get_mut(k),
-            None => tree.get_mut(key),
-        }
+        self.shards[i].get_mut(key)
     }
 
     /// Removes `key`'s entry.
-    pub(super) fn remove(&mut self, key: &[u8], probe: Option<&Key>) -> Option<Entry> {
+    pub(super) fn remove(&mut self, key: &Key) -> Option<Entry> {
         let i = self.shard_of(key);
-        let tree = &mut self.shards[i];
-        match probe {
-            Some(k) => tree.remove(k),
-            None => tree.remove(key),
-        }
+        self.shards[i].remove(key)
     }
 
     /// Entries in each shard, in key order.
@@ -123,7 +110,7 @@ impl KeyMap {
     #[cfg(test)]
     #[must_use]
     pub fn contains_key(&self, key: &[u8]) -> bool {
-        self.get(key, None).is_some()
+        self.get(&Key::from_slice(key)).is_some()
     }
 
     /// Inserts `e` under `key`, returning the entry it replaced.
@@ -287,7 +274,7 @@ mod tests {
                         );
                     }
                 }
-                assert_eq!(map.get(a.as_bytes(), None), one.get(a.as_bytes()));
+                assert_eq!(map.get(&k(a)), one.get(a.as_bytes()));
                 assert_eq!(
                     map.contains_key(a.as_bytes()),
                     one.contains_key(a.as_bytes())
@@ -306,10 +293,7 @@ mod tests {
             }
             for (i, s) in keys.iter().enumerate() {
                 if i % 2 == 1 {
-                    assert_eq!(
-                        map.remove(s.as_bytes(), Some(&k(s))),
-                        one.remove(s.as_bytes())
-                    );
+                    assert_eq!(map.remove(&k(s)), one.remove(s.as_bytes()));
                 } else if let btree_map::Entry::Occupied(mut o) = map.entry(k(s)) {
                     o.get_mut().seq += 1000;
                     one.get_mut(s.as_bytes()).expect("same keys").seq += 1000;
