@@ -44,14 +44,6 @@ impl Key {
     pub fn as_slice(&self) -> &[u8] {
         &self.0
     }
-
-    /// `bytes` as a key to look up with: the map then compares with [`key_order`], eight bytes
-    /// at a time inline, rather than through `<[u8]>::cmp`, a `memcmp` call per comparison.
-    /// A key longer than [`INLINE`] costs an allocation here, and still wins (DESIGN.md §3.1,
-    /// "Lookups compare as keys").
-    fn probe(bytes: &[u8]) -> Self {
-        Self::from_slice(bytes)
-    }
 }
 
 impl std::ops::Deref for Key {
@@ -246,16 +238,18 @@ impl KeyspaceState {
             .filter(|e| !ttl::is_expired(self.expires_at(e), now))
     }
 
-    /// The entry for `key`, live or not. Lookups go through here (or the other methods
-    /// below) rather than `map.get`, which would compare with `memcmp` calls.
+    /// The entry for `key`, live or not. The map is searched with `key` as a [`Key`], so its
+    /// comparisons are [`key_order`]'s, eight bytes at a time inline, rather than a `memcmp`
+    /// call each; a key longer than [`INLINE`] costs an allocation for that, and still wins
+    /// (DESIGN.md §3.1, "Lookups compare as keys").
     #[must_use]
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.map.get(&Key::probe(key))
+        self.map.get(&Key::from_slice(key))
     }
 
     /// As [`KeyspaceState::get`], mutable.
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        self.map.get_mut(&Key::probe(key))
+        self.map.get_mut(&Key::from_slice(key))
     }
 
     /// True if `key` has an entry.
@@ -266,7 +260,7 @@ impl KeyspaceState {
 
     /// Removes `key`'s entry from the map only (the caller keeps the census).
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        self.map.remove(&Key::probe(key))
+        self.map.remove(&Key::from_slice(key))
     }
 
     /// True if `e` is live at `now`.
