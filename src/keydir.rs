@@ -12,8 +12,6 @@
 use std::cmp::Ordering;
 use std::sync::atomic::AtomicBool;
 
-use smallvec::SmallVec;
-
 use parking_lot::RwLock;
 
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
@@ -23,34 +21,65 @@ mod map;
 pub use census::{Census, Count, Gathered};
 pub use map::KeyMap;
 
-/// A key as stored in the key directory: keys up to 16 bytes live inline in the map's nodes, so
+/// A key as stored in the key directory: keys up to 22 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
-/// several cache misses per tree level). Ordered as bytes, by [`key_order`].
-#[derive(Clone, Default, Eq)]
-pub struct Key(SmallVec<[u8; INLINE]>);
+/// several cache misses per tree level) and a lookup builds its probe without allocating.
+/// Ordered as bytes, by [`key_order`]. 24 bytes, as a `Vec` would be.
+#[derive(Clone, Eq)]
+pub struct Key(Repr);
 
-/// Key bytes held inside a [`Key`] (longer keys are allocated).
-const INLINE: usize = 16;
+/// A [`Key`]'s bytes: inline (`len` of them at the front of `bytes`), or allocated.
+#[derive(Clone, Eq, PartialEq)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+/// Key bytes held inside a [`Key`] (longer keys are allocated). 22 makes the inline form 24
+/// bytes with its tag and length; document keys (a partition key's prefix and an id) are
+/// often 17-22 bytes, and with 16 every comparison with one dereferenced its allocation.
+const INLINE: usize = 22;
 
 impl Key {
     /// A key holding a copy of `bytes`.
     #[must_use]
     pub fn from_slice(bytes: &[u8]) -> Self {
-        Self(SmallVec::from_slice(bytes))
+        if bytes.len() <= INLINE {
+            let mut inline = [0; INLINE];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            #[allow(clippy::cast_possible_truncation)] // at most INLINE
+            Self(Repr::Inline {
+                len: bytes.len() as u8,
+                bytes: inline,
+            })
+        } else {
+            Self(Repr::Heap(bytes.into()))
+        }
     }
 
     /// The key's bytes.
     #[must_use]
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(b) => b,
+        }
+    }
+}
+
+impl Default for Key {
+    fn default() -> Self {
+        Self::from_slice(&[])
     }
 }
 
 impl std::ops::Deref for Key {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
-        &self.0
+        self.as_slice()
     }
 }
 
@@ -58,7 +87,7 @@ impl std::ops::Deref for Key {
 // equality and hash are the bytes'.
 impl std::borrow::Borrow<[u8]> for Key {
     fn borrow(&self) -> &[u8] {
-        &self.0
+        self.as_slice()
     }
 }
 
@@ -67,20 +96,21 @@ impl std::borrow::Borrow<[u8]> for Key {
 // `memcmp` call each was a tenth of an open).
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        self.0.len() == other.0.len() && key_order(&self.0, &other.0) == Ordering::Equal
+        let (a, b) = (self.as_slice(), other.as_slice());
+        a.len() == b.len() && key_order(a, b) == Ordering::Equal
     }
 }
 
 // As the bytes hash (required by `Borrow<[u8]>`).
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.as_slice().hash(state);
+        self.as_slice().hash(state);
     }
 }
 
 impl Ord for Key {
     fn cmp(&self, other: &Self) -> Ordering {
-        key_order(&self.0, &other.0)
+        key_order(self.as_slice(), other.as_slice())
     }
 }
 
@@ -92,7 +122,7 @@ impl PartialOrd for Key {
 
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.as_slice().fmt(f)
+        self.as_slice().fmt(f)
     }
 }
 
@@ -294,6 +324,19 @@ pub struct KeyspaceCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key takes 24 bytes in the map's nodes whether inline or not, and keys up to
+    /// [`INLINE`] bytes are held inline (no allocation to build or compare them).
+    #[test]
+    fn a_key_takes_24_bytes_and_short_ones_are_inline() {
+        assert_eq!(std::mem::size_of::<Key>(), 24);
+        for len in 0..=40 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 1) as u8).collect();
+            let k = Key::from_slice(&bytes);
+            assert_eq!(k.as_slice(), bytes.as_slice());
+            assert_eq!(matches!(k.0, Repr::Inline { .. }), len <= INLINE, "{len}");
+        }
+    }
 
     /// `key_order` is the byte order, around every eight-byte step: lengths 0 to 40, keys
     /// sharing prefixes of every length, bytes that differ in their high bit.

@@ -18,7 +18,7 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, Ttl};
 
 mod bulk;
 mod picked;
-pub(crate) use picked::Picked;
+pub(crate) use picked::{KeyList, Picked};
 
 /// How long a live key has left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

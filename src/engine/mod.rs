@@ -24,8 +24,8 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex, RwLock};
 
-pub(crate) use keyspace::Picked;
 pub use keyspace::{Expiry, Iter, Keyspace, WriteBatch};
+pub(crate) use keyspace::{KeyList, Picked};
 pub(crate) use planned::{KeyspaceView, PlannedOp};
 pub(crate) use write::{next_id, Current, Existed};
 

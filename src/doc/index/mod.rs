@@ -47,7 +47,7 @@ use serde_json::Value;
 use smallvec::SmallVec;
 
 use self::keyhash::KeyHash;
-use crate::engine::{Keyspace, Picked};
+use crate::engine::{KeyList, Keyspace, Picked};
 use crate::error::Result;
 use crate::ttl::{DefaultTtl, ItemTtl};
 
@@ -764,10 +764,10 @@ impl IndexSet {
         path: usize,
         probe: &Probe,
         keep: impl Fn(&[u8]) -> bool,
-    ) -> (Picked, Vec<Vec<u8>>) {
+    ) -> (Picked, KeyList) {
         let ranges = probe.ranges();
         let (t, picked) = self.current(|| self.ks.picked());
-        let mut keys = Vec::new();
+        let mut keys = KeyList::default();
         if let Some(tree) = t.trees.get(path) {
             for (lo, hi) in &ranges {
                 let bounds = (
@@ -778,13 +778,14 @@ impl IndexSet {
                     continue;
                 }
                 for (_, postings) in tree.range::<[u8], _>(bounds) {
-                    keys.extend(postings.keys().filter(|k| keep(k)).map(|k| k.to_vec()));
+                    for k in postings.keys().filter(|k| keep(k)) {
+                        keys.push(k);
+                    }
                 }
             }
         }
         drop(t);
-        keys.sort_unstable();
-        keys.dedup();
+        keys.sort_dedup();
         (picked, keys)
     }
 
@@ -824,7 +825,7 @@ impl IndexSet {
         path: usize,
         probe: &Probe,
         keep: impl Fn(&[u8]) -> bool,
-    ) -> (usize, Picked, Vec<Vec<u8>>) {
+    ) -> (usize, Picked, KeyList) {
         let ranges = disjoint(probe.ranges());
         // The queue stays held until the key directory was consulted: a write staged after
         // the registration could otherwise be applied in between and change what a settled
@@ -832,7 +833,7 @@ impl IndexSet {
         let (t, queue, picked) = self.current_held(|| self.ks.picked());
         let now = picked.now();
         let mut n = 0usize;
-        let mut unsure = Vec::new();
+        let mut unsure = KeyList::default();
         if let Some(tree) = t.trees.get(path) {
             // The key directory under one read lock: a consistent cut (writes are held at the
             // index lock meanwhile, and none is in flight for a key with one settled version).
@@ -884,7 +885,7 @@ impl IndexSet {
                             n += 1;
                         }
                     }
-                    _ => unsure.push(key.to_vec()),
+                    _ => unsure.push(key),
                 }
             }
         }
@@ -1366,9 +1367,9 @@ mod tests {
             serde_json::json!(2),
         ]);
         let (n, _picked, unsure) = set.count(0, &probe, |_| true);
-        assert_eq!((n, unsure), (1, vec![b"a".to_vec()]), "b counted, a to be read");
+        assert_eq!((n, unsure.to_vecs()), (1, vec![b"a".to_vec()]), "b counted, a to be read");
         let only_c = set.count(0, &probe, |k| k == b"c");
-        assert_eq!((only_c.0, only_c.2), (0, Vec::<Vec<u8>>::new()), "keep applies");
+        assert_eq!((only_c.0, only_c.2.to_vecs()), (0, Vec::<Vec<u8>>::new()), "keep applies");
     }
 
     /// `unsure` holds exactly the tracked keys with a pending or more than one version, after

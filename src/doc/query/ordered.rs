@@ -75,7 +75,7 @@ impl<'a> Ordered<'a> {
         };
         keys.sort_unstable();
         keys.dedup();
-        self.picked.set_keys(keys.iter().map(|k| k.to_vec()).collect());
+        self.picked.set_keys(keys.iter().map(|k| &**k).collect());
         self.current = Some(value);
         true
     }
