@@ -31,71 +31,13 @@ pub struct Key(Repr);
 /// A [`Key`]'s bytes: inline (`len` of them at the front of `bytes`), or allocated.
 #[derive(Clone, Eq, PartialEq)]
 enum Repr {
-    Inline { bytes: [u8; INLINE], len: Len },
+    Inline { bytes: [u8; INLINE], len: u8 },
     Heap(Box<[u8]>),
 }
 
-/// An inline key's length. An enum of 23 values rather than a `u8`, so that its other values
-/// can tell the heap form apart: the enum then needs no tag byte of its own, and the layout
-/// puts the inline bytes at the start, 8-aligned, where the word-at-a-time comparison reads
-/// them.
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Len {
-    L0 = 0,
-    L1 = 1,
-    L2 = 2,
-    L3 = 3,
-    L4 = 4,
-    L5 = 5,
-    L6 = 6,
-    L7 = 7,
-    L8 = 8,
-    L9 = 9,
-    L10 = 10,
-    L11 = 11,
-    L12 = 12,
-    L13 = 13,
-    L14 = 14,
-    L15 = 15,
-    L16 = 16,
-    L17 = 17,
-    L18 = 18,
-    L19 = 19,
-    L20 = 20,
-    L21 = 21,
-    L22 = 22,
-}
-
-/// Every [`Len`], indexed by its value.
-const LENS: [Len; INLINE + 1] = [
-    Len::L0,
-    Len::L1,
-    Len::L2,
-    Len::L3,
-    Len::L4,
-    Len::L5,
-    Len::L6,
-    Len::L7,
-    Len::L8,
-    Len::L9,
-    Len::L10,
-    Len::L11,
-    Len::L12,
-    Len::L13,
-    Len::L14,
-    Len::L15,
-    Len::L16,
-    Len::L17,
-    Len::L18,
-    Len::L19,
-    Len::L20,
-    Len::L21,
-    Len::L22,
-];
-
 /// Key bytes held inside a [`Key`] (longer keys are allocated). 22 makes the inline form 24
-/// bytes with its tag and length; document keys (a partition key's prefix and an id) are
+/// bytes with the enum's tag and the length, as large as the boxed form with its tag and
+/// padding; document keys (a partition key's prefix and an id) are
 /// often 17-22 bytes, and with 16 every comparison with one dereferenced its allocation.
 const INLINE: usize = 22;
 
@@ -106,8 +48,9 @@ impl Key {
         if bytes.len() <= INLINE {
             let mut inline = [0; INLINE];
             inline[..bytes.len()].copy_from_slice(bytes);
+            #[allow(clippy::cast_possible_truncation)] // at most INLINE
             Self(Repr::Inline {
-                len: LENS[bytes.len()],
+                len: bytes.len() as u8,
                 bytes: inline,
             })
         } else {
@@ -120,7 +63,7 @@ impl Key {
     #[inline(always)]
     pub fn as_slice(&self) -> &[u8] {
         match &self.0 {
-            Repr::Inline { len, bytes } => &bytes[..*len as usize],
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
             Repr::Heap(b) => b,
         }
     }
@@ -182,13 +125,13 @@ impl Ord for Key {
 /// by zero bytes pad alike; the length then puts the shorter first, as the byte order does.
 /// So two inline keys compare in three word comparisons, whatever their lengths.
 #[inline(always)]
-fn inline_words(bytes: &[u8; INLINE], len: Len) -> [u64; 3] {
+fn inline_words(bytes: &[u8; INLINE], len: u8) -> [u64; 3] {
     let [a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7, c0, c1, c2, c3, c4, c5] =
         *bytes;
     [
         u64::from_be_bytes([a0, a1, a2, a3, a4, a5, a6, a7]),
         u64::from_be_bytes([b0, b1, b2, b3, b4, b5, b6, b7]),
-        u64::from_be_bytes([c0, c1, c2, c3, c4, c5, 0, len as u8]),
+        u64::from_be_bytes([c0, c1, c2, c3, c4, c5, 0, len]),
     ]
 }
 

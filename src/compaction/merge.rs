@@ -42,7 +42,7 @@ use crate::faults::{self, FaultKind};
 use crate::format::hint::HintWriter;
 use crate::format::record::{self, Kind, Meta, Record, FLAG_MARKER, FLAG_SHADOWS};
 use crate::format::SegmentHeader;
-use crate::keydir::{key_order, Key, KeyspaceCore, KeyspaceState, WriteSecs};
+use crate::keydir::{Key, KeyspaceCore, KeyspaceState, WriteSecs};
 use crate::log::manifest::{Manifest, SealedSegment};
 use crate::log::scan::{scan, scan_all, ScanEnd};
 use crate::log::segment::Segment;
@@ -288,10 +288,10 @@ struct Copy {
 /// such ties in arbitrary order).
 fn order_copies(copies: &mut [Copy]) {
     copies.sort_unstable_by(|a, b| {
-        (a.deadline, a.ks, a.key.as_slice(), std::cmp::Reverse(a.seq)).cmp(&(
+        (a.deadline, a.ks, &a.key, std::cmp::Reverse(a.seq)).cmp(&(
             b.deadline,
             b.ks,
-            b.key.as_slice(),
+            &b.key,
             std::cmp::Reverse(b.seq),
         ))
     });
@@ -641,7 +641,7 @@ pub(crate) fn run(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<
     // levels of the tree stay in the caches, and each hold of the write lock is shorter.
     // Moves are independent (each checks the entry still names its source), so the order
     // changes nothing else.
-    moves.sort_unstable_by(|a, b| a.ks.cmp(&b.ks).then_with(|| key_order(&a.key, &b.key)));
+    moves.sort_unstable_by(|a, b| a.ks.cmp(&b.ks).then_with(|| a.key.cmp(&b.key)));
     let Copying {
         outputs, keyspaces, ..
     } = copying;
