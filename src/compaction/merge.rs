@@ -223,7 +223,7 @@ struct Move {
     /// The keyspace's id (its core is in `Copying::keyspaces`: no reference count touched per
     /// record, a cache line the writer's own clones keep moving between cores).
     ks: u32,
-    /// Inline for keys of up to 22 bytes: a merge moves up to millions of entries, and an
+    /// Inline for keys of up to 23 bytes: a merge moves up to millions of entries, and an
     /// allocation each cost a tenth of its time.
     key: Key,
     seq: u64,

@@ -28,7 +28,7 @@ pub struct Timer {
     /// Keyspace id.
     pub keyspace: u32,
     /// The key.
-    /// Up to 22 bytes inline (no allocation per timer for the usual session or id keys).
+    /// Up to 23 bytes inline (no allocation per timer for the usual session or id keys).
     pub key: crate::keydir::Key,
 }
 
