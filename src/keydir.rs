@@ -25,7 +25,8 @@ pub use map::KeyMap;
 /// A key as stored in the key directory: keys up to 23 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
 /// several cache misses per tree level) and a lookup builds its probe without allocating.
-/// Ordered as bytes, by [`key_order`]. 24 bytes, as a `Vec` would be.
+/// Ordered as bytes: two inline keys by `inline_order`, any other pair by [`key_order`].
+/// 24 bytes, as a `Vec` would be.
 #[derive(Clone, Eq)]
 pub struct Key(Repr);
 

@@ -30,7 +30,7 @@ use serde_json::Value;
 use super::shape::Source;
 use crate::doc::index::{encode, Group, IndexSet, Walk};
 use crate::doc::stored;
-use crate::engine::Picked;
+use crate::engine::{KeyList, Picked};
 use crate::error::{Error, Result};
 
 /// The items of an index walk in value order (see the module note).
@@ -70,12 +70,12 @@ impl<'a> Ordered<'a> {
         if self.groups.is_empty() {
             self.groups = self.walk.more(self.set, self.keep).into();
         }
-        let Some((value, mut keys)) = self.groups.pop_front() else {
+        let Some((value, keys)) = self.groups.pop_front() else {
             return false;
         };
-        keys.sort_unstable();
-        keys.dedup();
-        self.picked.set_keys(keys.iter().map(|k| &**k).collect());
+        let mut keys: KeyList = keys.iter().map(|k| &**k).collect();
+        keys.sort_dedup();
+        self.picked.set_keys(keys);
         self.current = Some(value);
         true
     }

@@ -192,35 +192,6 @@ impl Drop for Picked {
     }
 }
 
-impl Iterator for Picked {
-    type Item = Result<(Vec<u8>, Vec<u8>)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            match self.buf.pop_front() {
-                Some((i, Shown::Value(v))) => return Some(Ok((self.keys.get(i).to_vec(), v))),
-                Some((i, Shown::Entry(e, slot))) => {
-                    let Some(seg) = seg_at(&self.segs, slot) else {
-                        continue; // its segment is gone: it died whole after this scan's `now` (DESIGN §7)
-                    };
-                    let k = self.keys.get(i);
-                    return Some(
-                        self.ks
-                            .inner()
-                            .read_value(seg, &e, k)
-                            .map(|v| (k.to_vec(), v)),
-                    );
-                }
-                None => {}
-            }
-            if self.next >= self.keys.len() {
-                return None;
-            }
-            self.refill();
-        }
-    }
-}
-
 /// Touches every cache line of the records a chunk is about to read, before any is read.
 ///
 /// The keys an index picks are scattered over the log, so each record is a cache miss (or a
