@@ -27,6 +27,7 @@ fn sweeps_and_reaping_race_writers() -> ebbdb::Result<()> {
     let ks = store.create_keyspace("s", DefaultTtl::Seconds(3_600))?;
     let events = store.subscribe_expirations();
     let done = std::sync::atomic::AtomicBool::new(false);
+    let started = std::time::Instant::now();
     let finals: Vec<Vec<u8>> = std::thread::scope(|s| {
         let upkeep = s.spawn(|| -> ebbdb::Result<()> {
             let mut round = 0u32;
@@ -59,12 +60,21 @@ fn sweeps_and_reaping_race_writers() -> ebbdb::Result<()> {
         });
         let writers: Vec<_> = (0..THREADS)
             .map(|t| {
-                let ks = &ks;
+                let (ks, store, started) = (&ks, &store, &started);
                 s.spawn(move || -> ebbdb::Result<Vec<u8>> {
                     // Per key of this thread: 0 absent or expiring, 1 never expires.
                     let mut last = vec![0u8; KEYS];
                     let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ (t as u64 + 1);
-                    for _ in 0..OPS {
+                    // `OPS` operations, and on until a sweep has run (bounded): on a loaded
+                    // machine the upkeep thread got so few turns meanwhile that none did.
+                    for n in 0.. {
+                        if n >= OPS
+                            && n % 256 == 0
+                            && (store.stats().timers_swept > 0
+                                || started.elapsed() > Duration::from_secs(120))
+                        {
+                            break;
+                        }
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
