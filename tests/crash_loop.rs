@@ -154,7 +154,10 @@ fn crash_child() {
     let out = std::io::stdout();
     let mut out = out.lock();
     // libtest prints "test crash_child ... " without a newline: start our log on a fresh line.
+    // "R": the keyspace and the container exist (the parent's first kill waits for it).
     let _ = writeln!(out);
+    let _ = writeln!(out, "R");
+    let _ = out.flush();
     let mut n = 0u64;
     loop {
         n += 1;
@@ -407,6 +410,8 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
     let mut sharded = 0u64;
     // Checks that met sealed segments without a hint.
     let mut unhinted = 0u64;
+    // Whether a child has reported the keyspace and the container created ("R").
+    let mut created = false;
     // Operations acknowledged since the last durable point: (op, started, acknowledged).
     let mut tail: Vec<(String, u64, u64)> = Vec::new();
     let names = ["always", "never", "periodic"];
@@ -453,7 +458,7 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             }
         });
         let run_for = Duration::from_millis(150 + rng.below(600));
-        let started = Instant::now();
+        let mut started = Instant::now();
         let mut pending: Option<(String, u64)> = None;
         let mut acked = 0;
         let mut drain = |pending: &mut Option<(String, u64)>, line: String| match stamp(&line) {
@@ -477,6 +482,26 @@ fn crash_loop_kill_9() -> Result<(), Box<dyn std::error::Error>> {
             Some(("I", at, op)) => *pending = Some((op, at)),
             _ => {}
         };
+        if !created {
+            // Until a child has created the keyspace and the container (the first does, under
+            // `Always`: durably), the kill's time counts from then: a loaded machine can take
+            // longer than `run_for` to start the child, and a kill before they existed left
+            // nothing to check ("keyspace 'ks' not found").
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(line) if line == "R" => break,
+                    Ok(line) => drain(&mut pending, line),
+                    Err(e) => {
+                        let _ = child.kill();
+                        return Err(format!("the child did not open the store: {e:?}").into());
+                    }
+                }
+            }
+            created = true;
+            started = Instant::now();
+        }
         while started.elapsed() < run_for {
             match rx.recv_timeout(Duration::from_millis(10)) {
                 Ok(line) => drain(&mut pending, line),
