@@ -182,6 +182,23 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
             samples.push((elapsed, dir_bytes(dir.path()), s.live_bytes));
             peak_live = peak_live.max(s.live_items);
             if std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok() {
+                // Where the disk goes: published segments (their dead share), hints, and
+                // files retired but still held by a reader (directory less published).
+                let dead: f64 = s
+                    .per_segment
+                    .iter()
+                    .map(|g| g.bytes as f64 * g.dead_share)
+                    .sum();
+                let mib = |b: f64| b / 1048576.0;
+                println!(
+                    "    t={elapsed}s MiB: live {:.0} segments {:.0} (dead {:.0}) hints {:.0} other {:.0}",
+                    mib(s.live_bytes as f64),
+                    mib(s.segment_bytes as f64),
+                    mib(dead),
+                    mib(s.hint_bytes as f64),
+                    mib(samples.last().map_or(0, |x| x.1) as f64)
+                        - mib((s.segment_bytes + s.hint_bytes) as f64),
+                );
                 println!(
                     "    t={elapsed}s writes {} live {} expired-unpurged {} backlog {} timers {} segments {} merges {} expirations {} rss {} MiB",
                     written - written_last_sample,

@@ -71,3 +71,73 @@ fn a_full_merge_writes_by_deadline_then_lasting_keys_in_key_order() {
         assert_eq!(ks.get(key(i)).expect("get"), Some(want.into_bytes()));
     }
 }
+
+#[test]
+fn outputs_of_expiring_copies_stay_small_hold_nothing_lasting_and_die_whole() {
+    // 1 MiB segments: outputs of copies that expire end at 128 KiB
+    // (`merge::expiring_output_bytes`) and before the first record that never expires.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = clock();
+    let seg = 1u64 << 20;
+    let cap = ebbdb::compaction::merge::expiring_output_bytes(seg);
+    assert_eq!(cap, 128 << 10);
+    let o = || opts(&c).segment_size(seg);
+    let store = Store::open_with(dir.path(), o()).expect("open");
+    let ks = store
+        .create_keyspace("ks", DefaultTtl::NeverExpire)
+        .expect("keyspace");
+    const N: u64 = 20_000;
+    let key = |i: u64| format!("k{:06}", (i * 7_919) % N);
+    // Every tenth key never expires; the others expire over 100..=1,000 s.
+    let ttl = |i: u64| (!i.is_multiple_of(10)).then(|| 100 + u32::try_from(i % 901).unwrap_or(0));
+    for i in 0..N {
+        match ttl(i) {
+            Some(s) => ks.put_with_ttl(key(i), [7u8; 100], Ttl::Seconds(s)),
+            None => ks.put(key(i), [9u8; 100]),
+        }
+        .expect("put");
+    }
+    let report = store.compact_full().expect("compact");
+    assert!(report.segments_written > 8, "{report:?}");
+    drop(ks);
+    drop(store);
+
+    let mut expiring_files = 0;
+    for path in segments(dir.path()).expect("segments") {
+        let bytes = std::fs::read(&path).expect("read");
+        let (mut expiring, mut lasting) = (0, 0);
+        ebbdb::log::scan::scan(&bytes, |_, _, rec| match rec.meta.ttl {
+            ItemTtl::Seconds(_) => expiring += 1,
+            _ => lasting += 1,
+        });
+        if expiring > 0 {
+            expiring_files += 1;
+            assert_eq!(
+                lasting, 0,
+                "{path:?} mixes lasting records with expiring ones"
+            );
+            assert!(bytes.len() as u64 <= cap, "{path:?}: {} bytes", bytes.len());
+        }
+    }
+    assert!(expiring_files > 8, "{expiring_files}");
+
+    // Half the deadlines pass: the outputs holding them are dropped whole, unread.
+    c.advance(std::time::Duration::from_secs(560));
+    let store = Store::open_with(dir.path(), o()).expect("reopen");
+    let report = store.compact().expect("compact");
+    assert!(
+        report.segments_dropped * 3 >= expiring_files,
+        "{report:?} of {expiring_files} expiring outputs"
+    );
+    // At most the output holding the 560th second is merged rather than dropped.
+    assert!(report.records_copied <= cap / 100, "{report:?}");
+    let ks = store.keyspace("ks").expect("keyspace");
+    for i in 0..N {
+        let want = match ttl(i) {
+            Some(s) if u64::from(s) > 560 => Some(vec![7u8; 100]),
+            Some(_) => None,
+            None => Some(vec![9u8; 100]),
+        };
+        assert_eq!(ks.get(key(i)).expect("get"), want, "key {i}");
+    }
+}

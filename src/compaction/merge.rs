@@ -65,10 +65,25 @@ pub enum CrashPoint {
     AfterKeydirMove,
 }
 
+/// The most bytes an output of copies that expire takes, for segments of `segment_size`
+/// bytes: an eighth of it (8 MiB by default), at least 64 KiB, at most the segment size.
+/// Copies are written by deadline, so such an output dies from its front, and whole at its
+/// last deadline; the smaller it is, the sooner that comes and the less of it is dead
+/// meanwhile. Each merge under TTL churn leaves about one such output partly dead at any
+/// time, about half of it dead on average: 4 MiB each with 8 MiB outputs, 32 MiB each with
+/// full-size ones (DESIGN.md section 7, "Output size").
+#[must_use]
+pub fn expiring_output_bytes(segment_size: u64) -> u64 {
+    (segment_size / 8).max(64 << 10).min(segment_size)
+}
+
 struct Output {
     id: u32,
     writer: BufWriter<File>,
     len: u64,
+    /// It holds a copy that expires: it ends at [`expiring_output_bytes`] and before the
+    /// first lasting record or marker, so that it dies whole.
+    expiring: bool,
     hint: HintWriter,
     stats: SegStats,
 }
@@ -109,8 +124,12 @@ impl Outputs<'_> {
     /// current output, starting a new one when it is full.
     fn place(&mut self, meta: &Meta, key: &[u8], bytes: &[u8], deadline: u64) -> Result<(u32, u32)> {
         let need = bytes.len() as u64;
+        let lasting = deadline == 0 || deadline == ttl::NEVER;
+        let expiring_cap = expiring_output_bytes(self.inner.opts.segment_size);
         let full = self.current.as_ref().is_some_and(|o| {
-            o.len > SegmentHeader::LEN && o.len + need > self.inner.opts.segment_size
+            o.len > SegmentHeader::LEN
+                && (o.len + need > self.inner.opts.segment_size
+                    || (o.expiring && (lasting || o.len + need > expiring_cap)))
         });
         if full {
             if let Some(o) = self.current.take() {
@@ -144,6 +163,7 @@ impl Outputs<'_> {
                 id,
                 writer,
                 len: SegmentHeader::LEN,
+                expiring: false,
                 hint: HintWriter::new(id),
                 stats: SegStats {
                     ttl_epoch: self.ttl_epoch,
@@ -158,6 +178,7 @@ impl Outputs<'_> {
         faults::check(&self.inner.dir, FaultKind::Write)?;
         o.writer.write_all(bytes)?;
         o.len += need;
+        o.expiring |= !lasting;
         o.hint.add(meta, key, offset, len);
         o.stats.total += need;
         o.stats.hint_bytes += key.len() as u64 + policy::HINT_ENTRY_BYTES;
