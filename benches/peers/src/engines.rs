@@ -100,6 +100,12 @@ pub trait Engine: Send + Sync {
     fn put(&self, key: &[u8], value: &[u8]) -> Res<()>;
     /// Writes applied together, in the engine's batch mechanism.
     fn put_batch(&self, items: &[(&[u8], &[u8])]) -> Res<()>;
+    /// Writes applied together, each with its own TTL in seconds (`None`: it never expires).
+    /// Engines whose expiry reads the stamp in the value ignore `ttls`.
+    fn put_batch_expiring(&self, items: &[(&[u8], &[u8])], ttls: &[Option<u32>]) -> Res<()> {
+        let _ = ttls;
+        self.put_batch(items)
+    }
     fn get(&self, key: &[u8]) -> Res<Option<Vec<u8>>>;
     fn delete_batch(&self, keys: &[Vec<u8>]) -> Res<()>;
     /// Visits every pair in key order; returns the count.
@@ -170,6 +176,16 @@ impl Ebb {
     }
 }
 
+/// The mixed-TTL `keeps_up` setup: `SyncPolicy::Never`, the real clock, and a keyspace whose
+/// default is `DefaultTtl::NeverExpire`, so that each put's own TTL applies (with the default
+/// off, as in Cosmos DB, an item's own TTL is ignored).
+pub fn open_ebbdb_per_item_ttl(dir: &Path) -> Res<Box<dyn Engine>> {
+    let opts = ebbdb::Options::default().sync(ebbdb::SyncPolicy::Never);
+    let store = ebbdb::Store::open_with(dir, opts)?;
+    let ks = store.keyspace_or_create("bench", ebbdb::DefaultTtl::NeverExpire)?;
+    Ok(Box::new(Ebb { store, ks }))
+}
+
 impl Engine for Ebb {
     fn put(&self, key: &[u8], value: &[u8]) -> Res<()> {
         Ok(self.ks.put(key, value)?)
@@ -178,6 +194,14 @@ impl Engine for Ebb {
         let mut b = ebbdb::WriteBatch::new();
         for (k, v) in items {
             b.put(&self.ks, k, v);
+        }
+        Ok(self.store.write_batch(b)?)
+    }
+    fn put_batch_expiring(&self, items: &[(&[u8], &[u8])], ttls: &[Option<u32>]) -> Res<()> {
+        let mut b = ebbdb::WriteBatch::new();
+        for ((k, v), ttl) in items.iter().zip(ttls) {
+            let ttl = ttl.map_or(ebbdb::Ttl::Never, ebbdb::Ttl::Seconds);
+            b.put_with_ttl(&self.ks, k, v, ttl);
         }
         Ok(self.store.write_batch(b)?)
     }

@@ -25,6 +25,24 @@ const BATCH: u64 = 100;
 pub const RECORD: u64 = 16 + VALUE_LEN as u64;
 const PROBES: u64 = 20;
 
+/// The mixed-TTL variant (`--keeps-up-mixed=N`, passed to the child as
+/// `PEERS_KEEPS_UP_MIXED_MAX`): each key's TTL is uniform in 1..=N s, and one key in ten has
+/// none, as the main crate's `EBBDB_KEEPS_UP_MIXED=1 EBBDB_KEEPS_UP_MIXED_MAX=N`. `None`: one
+/// TTL of [`TTL_SECS`] for every key.
+pub fn mixed_max() -> Option<u64> {
+    std::env::var("PEERS_KEEPS_UP_MIXED_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &u64| n > 0)
+}
+
+/// Key `i`'s TTL in the mixed variant (`None`: it never expires), a function of `i` alone so
+/// that the harness recomputes it instead of storing one per key.
+pub fn mixed_ttl(i: u64, max: u64) -> Option<u64> {
+    let h = crate::bench::mix(i ^ 0x7117_7117);
+    (!h.is_multiple_of(10)).then(|| 1 + (h >> 8) % max)
+}
+
 /// Run length: `PEERS_KEEPS_UP_SECS` (set by the parent from `--keeps-up-secs=N`), default 60.
 pub fn secs() -> u64 {
     std::env::var("PEERS_KEEPS_UP_SECS")
@@ -55,8 +73,11 @@ pub fn checks_stamp(kind: Kind) -> bool {
 }
 
 /// The TTL mechanism of each setup, for the report.
-pub fn mechanism(kind: Kind) -> &'static str {
+pub fn mechanism(kind: Kind, mixed: bool) -> &'static str {
     match kind {
+        Kind::Ebbdb if mixed => "keyspace `DefaultTtl::NeverExpire` and each put's own TTL (`WriteBatch::put_with_ttl`, `Ttl::Seconds` or `Ttl::Never`), `SystemClock`, background worker only (no `compact()` call); reads: ebbdb's own expiry check",
+        #[cfg(feature = "rocksdb")]
+        Kind::Rocksdb if mixed => "compaction filter removing every value whose expiry stamp passed on the real clock (`DB::open_with_ttl` has one TTL per database), same options as above otherwise; reads are RocksDB's raw answer",
         Kind::Ebbdb => "keyspace `DefaultTtl::Seconds(10)`, `SystemClock`, background worker only (no `compact()` call); reads: ebbdb's own expiry check",
         Kind::Redb => "expiry stamp in the value + expiry index table written in the same transaction + sweeper thread (every 100 ms, deletes expired keys in transactions of ≤ 1,000); reads check the stamp",
         Kind::Fjall => "compaction filter (`Database::builder(..).with_compaction_filter_factories`) removing every value whose expiry stamp passed, default leveled compaction; reads check the stamp",
@@ -67,9 +88,10 @@ pub fn mechanism(kind: Kind) -> &'static str {
 }
 
 /// Each engine's setup for this workload: no fsync per write, real clock, own upkeep only.
-pub fn open(kind: Kind, dir: &Path) -> Res<Box<dyn Engine>> {
+pub fn open(kind: Kind, dir: &Path, mixed: bool) -> Res<Box<dyn Engine>> {
     std::fs::create_dir_all(dir)?;
     Ok(match kind {
+        Kind::Ebbdb if mixed => crate::engines::open_ebbdb_per_item_ttl(dir)?,
         Kind::Ebbdb => open_plain(
             kind,
             dir,
@@ -82,6 +104,8 @@ pub fn open(kind: Kind, dir: &Path) -> Res<Box<dyn Engine>> {
         Kind::Redb => Box::new(crate::engines::RedbTtl::open(dir)?),
         Kind::Fjall => Box::new(crate::peers::Fjall::open_filter_ttl(dir)?),
         Kind::Sled => return Err("sled is not run in keeps_up".into()),
+        #[cfg(feature = "rocksdb")]
+        Kind::Rocksdb if mixed => Box::new(crate::peers::Rocks::open_filter_ttl(dir)?),
         #[cfg(feature = "rocksdb")]
         Kind::Rocksdb => Box::new(crate::peers::Rocks::open_with_ttl(dir, TTL_SECS)?),
     })
@@ -117,7 +141,8 @@ fn cpu_secs() -> f64 {
 pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
     let load_start = crate::report::loadavg();
     let cpu_start = cpu_secs();
-    let eng = open(kind, dir)?;
+    let mixed = mixed_max();
+    let eng = open(kind, dir, mixed.is_some())?;
     let ttl_ms = TTL_SECS * 1000;
     let mut rng = Rng::new(17);
     let mut buf: Vec<([u8; 16], [u8; VALUE_LEN])> = Vec::with_capacity(BATCH as usize);
@@ -129,18 +154,49 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
     let (mut probes, mut raw_stale, mut app_stale) = (0u64, 0u64, 0u64);
     let (mut live_probes, mut live_missing) = (0u64, 0u64);
     let mut written = 0u64;
+    // Mixed TTLs: keys live by expiry second, and those that never expire.
+    let mut due: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    let (mut due_keys, mut lasting) = (0u64, 0u64);
+    let mut ttls: Vec<Option<u32>> = Vec::with_capacity(BATCH as usize);
+    // Key i's expiry stamp (Unix seconds; `u64::MAX`: never), given the batches written.
+    let expiry_at = |batch_at: &[u64], i: u64| {
+        let written_s = batch_at[(i / BATCH) as usize] / 1000;
+        match mixed {
+            Some(max) => mixed_ttl(i, max).map_or(u64::MAX, |t| written_s + t),
+            None => written_s + TTL_SECS,
+        }
+    };
     let start = Instant::now();
     let mut next_sample = 1;
     while start.elapsed() < Duration::from_secs(secs) {
         let at = now_millis();
-        let expiry = at / 1000 + TTL_SECS;
         for i in written..written + BATCH {
+            let ttl = match mixed {
+                Some(max) => mixed_ttl(i, max),
+                None => Some(TTL_SECS),
+            };
+            let expiry = ttl.map_or(u64::MAX, |t| at / 1000 + t);
+            if mixed.is_some() {
+                match ttl {
+                    Some(_) => {
+                        *due.entry(expiry).or_default() += 1;
+                        due_keys += 1;
+                    }
+                    None => lasting += 1,
+                }
+            }
+            ttls.push(ttl.map(|t| t as u32));
             buf.push((key(i), value(i, expiry)));
         }
         let refs: Vec<(&[u8], &[u8])> = buf.iter().map(|(k, v)| (&k[..], &v[..])).collect();
         let t = Instant::now();
-        eng.put_batch(&refs)?;
+        if mixed.is_some() {
+            eng.put_batch_expiring(&refs, &ttls)?;
+        } else {
+            eng.put_batch(&refs)?;
+        }
         lat_us.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        ttls.clear();
         buf.clear();
         batch_at.push(at);
         written += BATCH;
@@ -150,6 +206,46 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
         }
         next_sample = elapsed + 1;
         let now = now_millis();
+        if mixed.is_some() {
+            // A key is live while its stamp is after the current second.
+            while let Some((&e, &c)) = due.first_key_value() {
+                if e > now / 1000 {
+                    break;
+                }
+                due.pop_first();
+                due_keys -= c;
+            }
+            samples.push((
+                start.elapsed().as_secs_f64(),
+                dir_bytes(dir),
+                (due_keys + lasting) * RECORD,
+                rss_anon(),
+            ));
+            // Random keys: expired more than 1 s ago (any value returned is stale), or with
+            // more than 1 s left (all must be found), up to 20 of each.
+            let now_s = now / 1000;
+            let (mut old, mut young) = (0, 0);
+            for _ in 0..20 * PROBES {
+                if old == PROBES && young == PROBES {
+                    break;
+                }
+                let i = rng.below(written);
+                let e = expiry_at(&batch_at, i);
+                if e.saturating_add(1) < now_s && old < PROBES {
+                    old += 1;
+                    probes += 1;
+                    if eng.get(&key(i))?.is_some() {
+                        raw_stale += 1;
+                        app_stale += u64::from(!checks_stamp(kind));
+                    }
+                } else if e > now_s + 1 && young < PROBES {
+                    young += 1;
+                    live_probes += 1;
+                    live_missing += u64::from(eng.get(&key(i))?.is_none());
+                }
+            }
+            continue;
+        }
         // Keys written within the last TTL are live.
         let first_live = batch_at.partition_point(|&b| b + ttl_ms <= now) as u64;
         let live = (written - first_live * BATCH) * RECORD;
@@ -190,12 +286,17 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
     // after the second the scan began (what a stamp-checking reader sees). A scan takes
     // seconds here, during which a tenth of the live set expires per second: an engine that
     // checks expiry per key as it goes would land between the live sets at either end.
-    let true_live_at = |s: u64| {
-        batch_at
-            .iter()
-            .filter(|&&b| b / 1000 + TTL_SECS > s)
-            .count() as u64
-            * BATCH
+    let true_live_at = |s: u64| match mixed {
+        Some(_) => (0..written)
+            .filter(|&i| expiry_at(&batch_at, i) > s)
+            .count() as u64,
+        None => {
+            batch_at
+                .iter()
+                .filter(|&&b| b / 1000 + TTL_SECS > s)
+                .count() as u64
+                * BATCH
+        }
     };
     let now_s = now_secs();
     let true_live = true_live_at(now_s);
@@ -244,6 +345,7 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
     let pct = |q: usize| lat_us.get(lat_us.len() * q / 100).copied().unwrap_or(0);
     Ok(json!({
         "secs": secs,
+        "mixed_max": mixed,
         "writes": written,
         "writes_per_s": written as f64 / elapsed,
         "amp_max": second_half.iter().copied().fold(0.0, f64::max),

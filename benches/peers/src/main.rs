@@ -103,17 +103,26 @@ fn main() {
         return;
     }
     let from = std::env::args().find_map(|a| a.strip_prefix("--report-from=").map(PathBuf::from));
-    let keeps_up = std::env::args().find_map(|a| {
-        if a == "--keeps-up" {
-            Some(keeps_up::DEFAULT_SECS)
-        } else {
-            a.strip_prefix("--keeps-up-secs=")
-                .and_then(|s| s.parse().ok())
-        }
+    // `--keeps-up-mixed=N`: the keeps-up run with TTLs uniform in 1..=N s and a tenth of
+    // the keys without one (120 s unless `--keeps-up-secs` says otherwise).
+    let mixed = std::env::args().find_map(|a| {
+        a.strip_prefix("--keeps-up-mixed=")
+            .and_then(|s| s.parse::<u64>().ok())
+            .filter(|&n| n > 0)
     });
+    let keeps_up = std::env::args()
+        .find_map(|a| {
+            if a == "--keeps-up" {
+                Some(keeps_up::DEFAULT_SECS)
+            } else {
+                a.strip_prefix("--keeps-up-secs=")
+                    .and_then(|s| s.parse().ok())
+            }
+        })
+        .or(mixed.map(|_| 2 * keeps_up::DEFAULT_SECS));
     let res = match (from, keeps_up) {
         (Some(path), _) => report_from(&path, cfg),
-        (None, Some(secs)) => parent_keeps_up(cfg, secs),
+        (None, Some(secs)) => parent_keeps_up(cfg, secs, mixed),
         (None, None) => parent(cfg),
     };
     if let Err(e) = res {
@@ -262,7 +271,7 @@ fn selected_kinds() -> Vec<Kind> {
 }
 
 /// `--keeps-up`: the real-clock TTL churn, one engine after the other, each in a child process.
-fn parent_keeps_up(cfg: Config, secs: u64) -> Res<()> {
+fn parent_keeps_up(cfg: Config, secs: u64, mixed: Option<u64>) -> Res<()> {
     let started = Instant::now();
     let load_start = report::loadavg();
     let docs = docs_dir();
@@ -291,7 +300,13 @@ fn parent_keeps_up(cfg: Config, secs: u64) -> Res<()> {
             &dir,
             false,
             limit,
-            &[("PEERS_KEEPS_UP_SECS", secs.to_string())],
+            &[
+                ("PEERS_KEEPS_UP_SECS", secs.to_string()),
+                (
+                    "PEERS_KEEPS_UP_MIXED_MAX",
+                    mixed.map_or_else(String::new, |n| n.to_string()),
+                ),
+            ],
         ) {
             Ok(Value::Object(m)) => {
                 eprintln!(

@@ -264,6 +264,25 @@ impl Rocks {
         })
     }
 
+    /// The mixed-TTL `keeps_up` setup: a compaction filter removing every value whose expiry
+    /// stamp passed on the real clock (`open_with_ttl` has one TTL for the whole database).
+    pub fn open_filter_ttl(dir: &Path) -> Res<Self> {
+        let mut opts = Self::options()?;
+        opts.set_compaction_filter("expiry", |_level, _key: &[u8], value: &[u8]| {
+            if expiry_of(value) <= crate::keeps_up::now_secs() {
+                rocksdb::compaction_filter::Decision::Remove
+            } else {
+                rocksdb::compaction_filter::Decision::Keep
+            }
+        });
+        let db = rocksdb::DB::open(&opts, dir)?;
+        Ok(Rocks {
+            db,
+            wo: rocksdb::WriteOptions::default(),
+            ttl: true,
+        })
+    }
+
     pub fn open(dir: &Path, o: &OpenOpts) -> Res<Self> {
         let mut opts = Self::options()?;
         if let (Some(clock), Some(_)) = (&o.clock, o.ttl_secs) {
