@@ -136,13 +136,19 @@ impl Drop for Outputs<'_> {
 }
 
 impl Outputs<'_> {
+    /// A copy with this deadline is due after [`SPLIT_HORIZON_SECS`] (or never): it is
+    /// written with the lasting records.
+    fn due_later(&self, deadline: u64) -> bool {
+        deadline > self.now.saturating_add(SPLIT_HORIZON_SECS)
+    }
+
     /// Appends a record (a copy with its current `deadline`, or a marker with 0) to the
     /// current output, starting a new one when it is full.
     fn place(&mut self, meta: &Meta, key: &[u8], bytes: &[u8], deadline: u64) -> Result<(u32, u32)> {
         let need = bytes.len() as u64;
         // Markers (deadline 0), copies that never expire, and copies due after the horizon
         // are written as before: together, in outputs of the segment size.
-        let lasting = deadline == 0 || deadline > self.now.saturating_add(SPLIT_HORIZON_SECS);
+        let lasting = deadline == 0 || self.due_later(deadline);
         let expiring_cap = expiring_output_bytes(self.inner.opts.segment_size);
         let full = self.current.as_ref().is_some_and(|o| {
             o.len > SegmentHeader::LEN
@@ -442,8 +448,9 @@ impl Copying<'_, '_> {
     fn write_copies(&mut self, inputs: &[Arc<Segment>]) -> Result<Vec<Move>> {
         let mut copies = std::mem::take(&mut self.copies);
         order_copies(&mut copies);
-        let horizon = self.outputs.now.saturating_add(SPLIT_HORIZON_SECS);
-        self.outputs.split_lasting = copies.iter().any(|c| !c.marker && c.deadline > horizon);
+        self.outputs.split_lasting = copies
+            .iter()
+            .any(|c| !c.marker && self.outputs.due_later(c.deadline));
         let mut moves = Vec::with_capacity(copies.len());
         let mut buf = Vec::new();
         for Copy {
