@@ -206,7 +206,7 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
         }
         next_sample = elapsed + 1;
         let now = now_millis();
-        if mixed.is_some() {
+        let live = if mixed.is_some() {
             // A key is live while its stamp is after the current second.
             while let Some((&e, &c)) = due.first_key_value() {
                 if e > now / 1000 {
@@ -215,12 +215,19 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
                 due.pop_first();
                 due_keys -= c;
             }
-            samples.push((
-                start.elapsed().as_secs_f64(),
-                dir_bytes(dir),
-                (due_keys + lasting) * RECORD,
-                rss_anon(),
-            ));
+            due_keys + lasting
+        } else {
+            // Keys written within the last TTL are live.
+            let first_live = batch_at.partition_point(|&b| b + ttl_ms <= now) as u64;
+            written - first_live * BATCH
+        };
+        samples.push((
+            start.elapsed().as_secs_f64(),
+            dir_bytes(dir),
+            live * RECORD,
+            rss_anon(),
+        ));
+        if mixed.is_some() {
             // Random keys: expired more than 1 s ago (any value returned is stale), or with
             // more than 1 s left (all must be found), up to 20 of each.
             let now_s = now / 1000;
@@ -246,15 +253,6 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
             }
             continue;
         }
-        // Keys written within the last TTL are live.
-        let first_live = batch_at.partition_point(|&b| b + ttl_ms <= now) as u64;
-        let live = (written - first_live * BATCH) * RECORD;
-        samples.push((
-            start.elapsed().as_secs_f64(),
-            dir_bytes(dir),
-            live,
-            rss_anon(),
-        ));
         // Keys written more than TTL + 1 s ago: any value returned is stale.
         let old = batch_at.partition_point(|&b| b + ttl_ms + 1000 < now) as u64;
         if old > 0 {
