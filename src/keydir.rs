@@ -13,14 +13,14 @@ use std::cmp::Ordering;
 use std::num::NonZeroU8;
 use std::sync::atomic::AtomicBool;
 
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
 mod census;
 mod map;
 pub use census::{Census, Count, Gathered};
-pub use map::KeyMap;
+pub use map::{KeyMap, Ordered, Slot};
 
 /// A key as stored in the key directory: keys up to 23 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
@@ -198,6 +198,9 @@ impl WriteSecs {
     /// The largest second that fits.
     pub const MAX: u64 = (1 << 40) - 1;
 
+    /// Second 0.
+    pub const ZERO: Self = Self([0; 5]);
+
     /// `secs`, or `None` if it is past [`WriteSecs::MAX`].
     #[must_use]
     pub fn new(secs: u64) -> Option<Self> {
@@ -362,6 +365,45 @@ pub struct KeyspaceCore {
     pub dropped: AtomicBool,
     /// Open scans and the batch before-images they need (taken after `state`).
     pub(crate) scans: parking_lot::Mutex<crate::scans::ScanRegistry>,
+}
+
+impl KeyspaceCore {
+    /// A read lock on the state, its map ordered first if it is hashed (by a write lock
+    /// downgraded to this read lock, so nothing comes between): what a walk in key order holds.
+    pub fn read_ordered(&self) -> OrderedRead<'_> {
+        let st = self.state.read();
+        if st.map.ordered().is_some() {
+            return OrderedRead(st);
+        }
+        drop(st);
+        let mut st = self.state.write();
+        st.map.make_ordered();
+        OrderedRead(RwLockWriteGuard::downgrade(st))
+    }
+}
+
+/// A read lock on a keyspace's state whose map is ordered ([`KeyspaceCore::read_ordered`]).
+pub struct OrderedRead<'a>(RwLockReadGuard<'a, KeyspaceState>);
+
+impl OrderedRead<'_> {
+    /// The map in key order.
+    #[must_use]
+    pub fn ordered(&self) -> &Ordered {
+        match self.0.map.ordered() {
+            Some(o) => o,
+            // Made ordered before this lock was taken or by the lock downgraded into it, and
+            // nothing makes an ordered map hashed while the store is open.
+            None => unreachable!("an ordered read holds an ordered map"),
+        }
+    }
+}
+
+impl std::ops::Deref for OrderedRead<'_> {
+    type Target = KeyspaceState;
+
+    fn deref(&self) -> &KeyspaceState {
+        &self.0
+    }
 }
 
 #[cfg(test)]

@@ -66,9 +66,9 @@ impl Keyspace {
             None => Bound::Unbounded,
         };
         'walk: loop {
-            let st = self.core().state.read();
+            let st = self.core().read_ordered();
             let range = st
-                .map
+                .ordered()
                 .range((lower.as_ref().map(Vec::as_slice), Bound::Unbounded));
             let mut taken = 0;
             let mut last = None;

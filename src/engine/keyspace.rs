@@ -417,7 +417,8 @@ impl Iter {
             self.done = true;
             return;
         }
-        let st = self.ks.core.state.read();
+        // The first walk in key order since open orders the map, once (DESIGN.md §3.1).
+        let st = self.ks.core.read_ordered();
         let scans = self.ks.core.scans.lock();
         let bounds = (
             self.lower.as_ref().map(Vec::as_slice),
@@ -437,7 +438,7 @@ impl Iter {
         // One look at the segment set per chunk; entries usually share a few segments.
         let set = self.ks.inner().segments.read();
         self.segs.clear();
-        for (k, e) in st.map.range(bounds) {
+        for (k, e) in st.ordered().range(bounds) {
             if let Some(p) = &self.prefix {
                 if !k.starts_with(p) {
                     self.done = true;

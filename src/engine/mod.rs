@@ -570,6 +570,38 @@ impl Store {
         Ok(self.inner.keyspace_by_name(name)?.state.read().map.shards())
     }
 
+    /// Test hook: true if the key directory of keyspace `name` is hashed (not ordered yet).
+    ///
+    /// # Errors
+    /// `NotFound` if there is no such keyspace.
+    #[doc(hidden)]
+    pub fn key_directory_hashed(&self, name: &str) -> Result<bool> {
+        Ok(self
+            .inner
+            .keyspace_by_name(name)?
+            .state
+            .read()
+            .map
+            .is_hashed())
+    }
+
+    /// Test hook: makes the key directory of keyspace `name` hashed again, as if its entries
+    /// had been written since open (open builds ordered maps), so that tests run the hashed
+    /// layout over recovered state too.
+    ///
+    /// # Errors
+    /// `NotFound` if there is no such keyspace.
+    #[doc(hidden)]
+    pub fn hash_key_directory(&self, name: &str) -> Result<()> {
+        self.inner
+            .keyspace_by_name(name)?
+            .state
+            .write()
+            .map
+            .make_hashed();
+        Ok(())
+    }
+
     /// Test hook: fires every due timer into the reaping backlog without handling any, as a
     /// worker that fell behind would leave it.
     #[doc(hidden)]
@@ -656,20 +688,18 @@ impl Store {
         for core in cores {
             let st = core.state.read();
             let mut walked = crate::keydir::Census::default();
-            for e in st.map.values() {
-                walked.add(e);
-            }
+            st.map.for_each(|_, e| walked.add(e));
             if walked != st.census {
                 return Err(format!("keyspace '{}': census buckets drifted", core.name));
             }
             let (mut live, mut expired) = (0u64, 0u64);
-            for e in st.map.values() {
+            st.map.for_each(|_, e| {
                 if st.is_live(e, now) {
                     live += 1;
                 } else {
                     expired += 1;
                 }
-            }
+            });
             let c = st.count(now);
             if (c.live.items, c.expired.items) != (live, expired) {
                 return Err(format!(

@@ -6,7 +6,6 @@
 //! keydir and the log agree on which version is newest. The fsync (SyncPolicy::Always) happens
 //! after the mutex is released, shared with concurrent writers.
 
-use std::collections::btree_map::Entry as Entry_;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -18,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::expiry::worker::Message;
 use crate::expiry::Timer;
 use crate::format::record::{self, Kind, Meta, FLAG_DOC, FLAG_IN_BATCH, FLAG_SHADOWS};
-use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState, WriteSecs};
+use crate::keydir::{Entry, Key, KeyspaceCore, KeyspaceState, Slot, WriteSecs};
 use crate::log::manifest::{KeyspaceMeta, StoreError};
 use crate::options::{SyncPolicy, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use crate::stats::SegStats;
@@ -375,7 +374,7 @@ impl Inner {
                 } = st;
                 let slot = map.entry(Key::from_slice(&op.key));
                 let live = match &slot {
-                    Entry_::Occupied(o) => {
+                    Slot::Occupied(o) => {
                         let e = o.get();
                         let at = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
                         let live = !ttl::is_expired(at, now);
@@ -393,7 +392,7 @@ impl Inner {
                         }
                         live
                     }
-                    Entry_::Vacant(_) => false,
+                    Slot::Vacant(_) => false,
                 };
                 existed.push(live);
                 let (kind, value, own) = match &op.put {
@@ -427,8 +426,8 @@ impl Inner {
                 // anew otherwise; the old one is stale then, as it is when the new version
                 // cannot expire or the key is deleted.
                 let old_armed = match &slot {
-                    Entry_::Occupied(o) => o.get().armed,
-                    Entry_::Vacant(_) => ttl::NEVER,
+                    Slot::Occupied(o) => o.get().armed,
+                    Slot::Vacant(_) => ttl::NEVER,
                 };
                 let ts = WriteSecs::saturating(meta.ts());
                 let deadline = if kind == Kind::Put {
@@ -490,8 +489,8 @@ impl Inner {
                     };
                     census.add(&entry);
                     match slot {
-                        Entry_::Occupied(mut o) => Some(o.insert(entry)),
-                        Entry_::Vacant(v) => {
+                        Slot::Occupied(mut o) => Some(o.insert(entry)),
+                        Slot::Vacant(v) => {
                             v.insert(entry);
                             None
                         }
@@ -509,8 +508,8 @@ impl Inner {
                     // never enters the map, and what tracks keys by their writes must hear so.
                     *departures += 1;
                     match slot {
-                        Entry_::Occupied(o) => Some(o.remove()),
-                        Entry_::Vacant(_) => None,
+                        Slot::Occupied(o) => Some(o.remove()),
+                        Slot::Vacant(_) => None,
                     }
                 };
                 if let Some(old) = old {
@@ -718,7 +717,9 @@ impl Inner {
         // clamped at zero and left the count too high for good).
         let map = {
             let mut st = core.state.write();
-            let armed = st.map.values().filter(|e| e.armed != ttl::NEVER).count();
+            let mut armed = 0;
+            st.map
+                .for_each(|_, e| armed += usize::from(e.armed != ttl::NEVER));
             self.expiry.lock().stale += armed;
             st.census = crate::keydir::Census::default();
             std::mem::take(&mut st.map)
@@ -728,12 +729,12 @@ impl Inner {
             cat.by_name.remove(name);
             cat.by_id.remove(&core.id);
         }
-        for e in map.values() {
+        map.for_each(|_, e| {
             if let Some(s) = log.segstats.get_mut(&e.file) {
                 s.dead += u64::from(e.len);
                 s.replaced += u64::from(e.len);
             }
-        }
+        });
         Ok(())
     }
 
@@ -826,11 +827,12 @@ impl Inner {
         // at most this very second): a timer filed there would never be reported before that
         // watermark frees the item at the next open, so they expire here, with their events.
         let mut due_now: Vec<(Key, u64)> = Vec::new();
-        for (key, e) in st.map.iter_mut() {
+        let history = &st.history;
+        st.map.for_each_mut(|key, e| {
             if e.own_ttl() == ItemTtl::Never {
-                continue;
+                return;
             }
-            let deadline = ttl::expires_at(e.ts.get(), e.own_ttl(), &st.history);
+            let deadline = ttl::expires_at(e.ts.get(), e.own_ttl(), history);
             let earlier = ttl::expires_at(e.ts.get(), e.own_ttl(), &before);
             if deadline != ttl::NEVER && deadline < earlier && deadline <= ex.reaped_upto {
                 due_now.push((key.clone(), deadline));
@@ -847,7 +849,9 @@ impl Inner {
                     },
                 );
             }
-        }
+        });
+        // In deadline and key order, whatever the map's layout: the events come out so.
+        due_now.sort_unstable_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         let mut events = Vec::new();
         // Per freed item: its file, record length and deadline, counted dead once the log
         // mutex is taken (after the keyspace lock, in the lock order).

@@ -10,13 +10,12 @@
 pub(crate) mod timers;
 pub(crate) mod worker;
 
-use std::collections::btree_map::Entry as BTreeEntry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::engine::Inner;
 use crate::error::Result;
-use crate::keydir::KeyspaceState;
+use crate::keydir::{KeyspaceState, Slot};
 use crate::ttl;
 
 /// A scheduled expiry: which key to check, filed under its second in [`timers::Timers`]. The
@@ -256,7 +255,7 @@ impl Inner {
                 } = &mut *st;
                 for (fired_at, timer) in timers.by_ref().take(REAP_CHUNK) {
                     // One descent of the map per timer: decide and remove on the same entry.
-                    let BTreeEntry::Occupied(mut slot) = map.entry(timer.key.clone()) else {
+                    let Slot::Occupied(mut slot) = map.entry(timer.key.clone()) else {
                         stale += 1;
                         continue;
                     };
@@ -291,6 +290,9 @@ impl Inner {
                         rearm.push((at, timer));
                     }
                 }
+                // Tables the expiries left under a quarter full give room back (a table is
+                // rehashed only then: at 1 M keys, a 64th of them).
+                map.trim();
                 // Re-armed timers go in before the keyspace lock is let go, so a sweep (which
                 // checks entries under that lock) never sees an entry armed at a second whose
                 // timer is not in place yet.

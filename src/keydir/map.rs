@@ -1,35 +1,52 @@
-//! The ordered map behind a keyspace's key directory: B-trees over consecutive key ranges.
+//! The map behind a keyspace's key directory, in one of two layouts.
 //!
-//! One `BTreeMap` of a million entries has to be built by one thread, and building it was
-//! two fifths of an open (51 of 131 ms at 1 M keys, DESIGN.md §3.1). Split into shards by key
-//! range, the shards are built side by side, one per core. Everything else sees one map: a key
-//! belongs to the shard whose range holds it (the shards' first keys are kept apart, so
-//! finding it is a binary search of a few keys), and iteration walks the shards in order.
+//! - **Hashed** (every map that starts empty): the entries in a slab (a vector of slots; a
+//!   freed slot is reused by the next insert) and index tables of slot numbers, each element
+//!   a slot and 32 bits of the key's hash. A point lookup, insert or removal costs one hash, a
+//!   probe and one slot read, whatever the map's size, where a B-tree descent of a million
+//!   keys is about twenty comparisons and a cache miss per level (DESIGN.md §3.1, "Hashed
+//!   until something asks for order"). Past [`SPLIT_AT`] keys the index is 512 tables of
+//!   unequal shares, so a table that grows rehashes a small part of the index, and never
+//!   reads the slab to do it. The hash is keyed per map, so keys chosen to collide cannot be
+//!   computed ahead.
+//! - **Ordered**: B-trees over consecutive key ranges (shards). One `BTreeMap` of a million
+//!   entries has to be built by one thread, and building it was two fifths of an open (51 of
+//!   131 ms at 1 M keys); split by key range, the shards are built side by side, one per core.
+//!   A key belongs to the shard whose range holds it (the shards' first keys are kept apart, so
+//!   finding it is a binary search of a few keys), and iteration walks the shards in order.
+//!   The split points are chosen when the map is built at open, or when a hashed map is
+//!   ordered; shards are never split or joined later (one that grows or empties stays
+//!   correct; the next open balances them again).
 //!
-//! The split points are chosen when the map is built at open, from the keys it then holds; a
-//! map that starts empty has one shard. Shards are never split or joined later: one that grows
-//! or empties stays correct, and the next open balances them again.
+//! Open builds ordered maps. A hashed map becomes ordered the first time something needs its
+//! keys in order (a range or prefix scan: [`KeyMap::ordered`] is `None` until
+//! [`KeyMap::make_ordered`]), and stays so until the store is closed.
 
 use std::collections::btree_map::{self, BTreeMap};
+use std::hash::{BuildHasher, Hasher};
+
+use hashbrown::hash_table::{self, HashTable};
 use std::ops::Bound;
 
-use super::{key_order, Entry, Key};
+use super::{key_order, Entry, Key, WriteSecs};
 
-/// Key → entry, ordered by key, in shards by key range (module docs).
+/// Key → entry (module docs).
 #[derive(Debug)]
 pub struct KeyMap {
-    /// Never empty. Shard `i > 0` holds the keys from `starts[i - 1]` (included) up to
-    /// `starts[i]` (excluded); shard 0 the keys below `starts[0]`, the last one the rest.
-    shards: Vec<BTreeMap<Key, Entry>>,
-    /// The first key of every shard but the first, strictly increasing.
-    starts: Vec<Key>,
+    layout: Layout,
+}
+
+#[derive(Debug)]
+enum Layout {
+    Hashed(Hashed),
+    Ordered(Ordered),
 }
 
 impl Default for KeyMap {
+    /// An empty map, hashed.
     fn default() -> Self {
         Self {
-            shards: vec![BTreeMap::new()],
-            starts: Vec::new(),
+            layout: Layout::Hashed(Hashed::new()),
         }
     }
 }
@@ -37,13 +54,470 @@ impl Default for KeyMap {
 /// A shard of a map being built: its first key (`None` for the first shard) and its entries.
 pub type Shard = (Option<Key>, BTreeMap<Key, Entry>);
 
+/// Entries moved per [`KeyMap::trim`] when the slab gives room back.
+const TRIM_BUDGET: usize = 4096;
+
+/// Records per shard when a hashed map is ordered (as open's build, DESIGN.md §3.1).
+const SHARD_RECORDS: usize = 1 << 14;
+
+/// A key's entry, found by [`KeyMap::entry`] for a decision and a change in one lookup.
+pub enum Slot<'m> {
+    /// The key has an entry.
+    Occupied(Occupied<'m>),
+    /// The key has none.
+    Vacant(Vacant<'m>),
+}
+
+/// A [`Slot`] holding an entry.
+pub enum Occupied<'m> {
+    #[doc(hidden)]
+    Tree(btree_map::OccupiedEntry<'m, Key, Entry>),
+    #[doc(hidden)]
+    Hash {
+        index: hash_table::OccupiedEntry<'m, u64>,
+        slab: &'m mut Slab,
+    },
+}
+
+/// A [`Slot`] without an entry.
+pub enum Vacant<'m> {
+    #[doc(hidden)]
+    Tree(btree_map::VacantEntry<'m, Key, Entry>),
+    #[doc(hidden)]
+    Hash {
+        index: &'m mut HashTable<u64>,
+        slab: &'m mut Slab,
+        key: Key,
+        stored: u32,
+    },
+}
+
+impl Occupied<'_> {
+    /// The entry.
+    #[must_use]
+    pub fn get(&self) -> &Entry {
+        match self {
+            Self::Tree(o) => o.get(),
+            Self::Hash { index, slab } => &slab.slots[slot_of(*index.get())].1,
+        }
+    }
+
+    /// The entry, mutable.
+    pub fn get_mut(&mut self) -> &mut Entry {
+        match self {
+            Self::Tree(o) => o.get_mut(),
+            Self::Hash { index, slab } => &mut slab.slots[slot_of(*index.get())].1,
+        }
+    }
+
+    /// Replaces the entry with `e`, returning the old one.
+    pub fn insert(&mut self, e: Entry) -> Entry {
+        std::mem::replace(self.get_mut(), e)
+    }
+
+    /// Removes the entry, returning it.
+    pub fn remove(self) -> Entry {
+        match self {
+            Self::Tree(o) => o.remove(),
+            Self::Hash { index, slab } => {
+                let (v, _) = index.remove();
+                slab.free(slot_of(v)).1
+            }
+        }
+    }
+}
+
+impl Vacant<'_> {
+    /// Puts `e` in the slot.
+    pub fn insert(self, e: Entry) {
+        match self {
+            Self::Tree(v) => {
+                v.insert(e);
+            }
+            Self::Hash {
+                index,
+                slab,
+                key,
+                stored,
+            } => {
+                let slot = slab.alloc(key, e);
+                index.insert_unique(spread(stored), pack(slot, stored), |&v| {
+                    spread(stored_of(v))
+                });
+            }
+        }
+    }
+}
+
+/// Index tables a hashed map is split into once it holds [`SPLIT_AT`] keys (one until then:
+/// a keyspace of a few keys, of which a store may have thousands, costs one empty table).
+const TABLES: usize = 512;
+
+/// Keys at which a hashed map's one index table is dealt into [`TABLES`] (once).
+const SPLIT_AT: usize = 1 << 16;
+
+/// Hash values a key's index table is picked by (bits 40..53 of its hash).
+const PICKS: usize = 1 << 13;
+
+/// Which index table each of the [`PICKS`] values leads to: table `i` takes a share of them
+/// proportional to `2^(i / TABLES)`, so the largest table holds about twice the keys of the
+/// smallest. A table's room doubles when it is seven-eighths full; with equal shares every
+/// table doubled within the same few thousand writes, so a write batch of 100 keys, which
+/// touches most tables, paid for several doublings at once (DESIGN.md §3.1). Spread over a
+/// factor of two, the tables double one at a time, evenly across the map's growth, and their
+/// memory follows the map's size instead of swinging by two with it.
+fn picks() -> &'static [u16; PICKS] {
+    static PICKS_TO_TABLE: std::sync::OnceLock<[u16; PICKS]> = std::sync::OnceLock::new();
+    PICKS_TO_TABLE.get_or_init(|| {
+        let share = |i: usize| (i as f64 / TABLES as f64).exp2();
+        let total: f64 = (0..TABLES).map(share).sum();
+        let mut out = [0u16; PICKS];
+        let (mut table, mut upto) = (0, 0.0);
+        let mut end = share(0) / total * PICKS as f64;
+        for (at, slot) in out.iter_mut().enumerate() {
+            // Each pick goes to the table whose share covers its midpoint.
+            while at as f64 + 0.5 > end && table + 1 < TABLES {
+                upto += share(table);
+                table += 1;
+                end = (upto + share(table)) / total * PICKS as f64;
+            }
+            #[allow(clippy::cast_possible_truncation)] // below TABLES
+            let t = table as u16;
+            *slot = t;
+        }
+        out
+    })
+}
+
+/// An index element: a slab slot (high half) and the key's hash bits 32..64 (low half).
+#[inline]
+fn pack(slot: u32, stored: u32) -> u64 {
+    (u64::from(slot) << 32) | u64::from(stored)
+}
+
+#[inline]
+fn slot_of(v: u64) -> usize {
+    (v >> 32) as usize
+}
+
+#[inline]
+fn stored_of(v: u64) -> u32 {
+    #[allow(clippy::cast_possible_truncation)] // the low half, on purpose
+    let s = v as u32;
+    s
+}
+
+/// The index tables' hash of an element, from its stored 32 bits alone (so a table grows
+/// without reading the slab): folded so that every stored bit reaches the low bits, which
+/// pick a bucket, and the top seven, which are its tag.
+#[inline]
+fn spread(stored: u32) -> u64 {
+    fold(u64::from(stored) ^ PI, E)
+}
+
+/// The entries of a hashed map, each in a slot that keeps its number while the entry lives.
+/// A removed entry's slot is reused by the next insert; [`Slab::compact`] moves entries from
+/// the end into holes so the vector can shrink after a wave of removals.
+#[derive(Debug, Default)]
+pub struct Slab {
+    slots: Vec<(Key, Entry)>,
+    /// Bit `i` set: `slots[i]` holds an entry.
+    held: Vec<u64>,
+    /// Slots not held below `slots.len()`; may also name slots that were cut off the end or
+    /// taken since, which [`Slab::alloc`] skips.
+    free: Vec<u32>,
+    /// Slots held.
+    live: usize,
+}
+
+/// Entries a hashed map holds at most (slots are numbered in 32 bits); the insert that would
+/// pass it orders the map first, and a B-tree has no such bound. Lower in unit tests, so that
+/// the switch is tested.
+const MAX_SLOTS: usize = if cfg!(test) {
+    1 << 18
+} else {
+    u32::MAX as usize
+};
+
+/// What an empty slot holds: an empty inline key (no allocation) and a zeroed entry.
+const HOLE: Entry = Entry {
+    seq: 0,
+    file: 0,
+    offset: 0,
+    len: 0,
+    ts: WriteSecs::ZERO,
+    ttl: 0,
+    flags: 0,
+    armed: 0,
+};
+
+impl Slab {
+    #[inline]
+    fn is_held(&self, i: usize) -> bool {
+        self.held
+            .get(i / 64)
+            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+
+    fn set_held(&mut self, i: usize, on: bool) {
+        if self.held.len() <= i / 64 {
+            self.held.resize(i / 64 + 1, 0);
+        }
+        if on {
+            self.held[i / 64] |= 1 << (i % 64);
+        } else {
+            self.held[i / 64] &= !(1 << (i % 64));
+        }
+    }
+
+    /// Puts `(key, e)` in a free slot, or a new one at the end. Callers keep below
+    /// [`MAX_SLOTS`] entries ([`KeyMap::entry`] orders a full map first).
+    fn alloc(&mut self, key: Key, e: Entry) -> u32 {
+        self.live += 1;
+        while let Some(h) = self.free.pop() {
+            let i = h as usize;
+            if i < self.slots.len() && !self.is_held(i) {
+                self.slots[i] = (key, e);
+                self.set_held(i, true);
+                return h;
+            }
+        }
+        let i = self.slots.len();
+        let Ok(slot) = u32::try_from(i) else {
+            unreachable!("a hashed map holds fewer than MAX_SLOTS entries");
+        };
+        self.slots.push((key, e));
+        self.set_held(i, true);
+        slot
+    }
+
+    /// Takes slot `i`'s entry out and frees the slot.
+    fn free(&mut self, i: usize) -> (Key, Entry) {
+        let out = std::mem::replace(&mut self.slots[i], (Key::default(), HOLE));
+        self.set_held(i, false);
+        #[allow(clippy::cast_possible_truncation)] // slots are numbered in u32
+        self.free.push(i as u32);
+        self.live -= 1;
+        out
+    }
+}
+
+/// The hashed layout: a slab of entries and index tables of slot numbers (one, or
+/// [`TABLES`] of unequal shares, [`picks`]).
+#[derive(Debug)]
+struct Hashed {
+    index: Vec<HashTable<u64>>,
+    slab: Slab,
+    keyed: Keyed,
+    picks: &'static [u16; PICKS],
+}
+
+impl Hashed {
+    fn new() -> Self {
+        Self {
+            index: vec![HashTable::new()],
+            slab: Slab::default(),
+            keyed: Keyed::new(),
+            picks: picks(),
+        }
+    }
+
+    /// `key`'s index table and stored hash bits.
+    #[inline]
+    fn place(&self, key: &Key) -> (usize, u32) {
+        let stored = stored_of(self.keyed.hash_one(key) >> 32);
+        (self.table_of(stored), stored)
+    }
+
+    #[inline]
+    fn table_of(&self, stored: u32) -> usize {
+        if self.index.len() == 1 {
+            return 0;
+        }
+        // Bits 40..53 of the hash.
+        usize::from(self.picks[(stored as usize >> 8) % PICKS])
+    }
+
+    /// `key`'s slot, if it has an entry.
+    #[inline]
+    fn find(&self, key: &Key) -> Option<usize> {
+        let (t, stored) = self.place(key);
+        let slots = &self.slab.slots;
+        self.index[t]
+            .find(spread(stored), |&v| {
+                stored_of(v) == stored && slots[slot_of(v)].0 == *key
+            })
+            .map(|&v| slot_of(v))
+    }
+
+    /// Before an insert: a single index table that has reached [`SPLIT_AT`] keys is dealt
+    /// into [`TABLES`] (by the stored hash bits: the slab is not read).
+    fn split_if_due(&mut self) {
+        if self.index.len() > 1 || self.index[0].len() < SPLIT_AT {
+            return;
+        }
+        let one = std::mem::take(&mut self.index);
+        self.index = (0..TABLES).map(|_| HashTable::new()).collect();
+        for v in one.into_iter().flatten() {
+            let t = self.table_of(stored_of(v));
+            self.index[t].insert_unique(spread(stored_of(v)), v, |&w| spread(stored_of(w)));
+        }
+    }
+
+    /// After removals: an index table left under a quarter full gives half its room back, and
+    /// when a quarter of the slab's slots are holes, up to `budget` entries move from its end
+    /// into holes (their index elements renumbered) and the end is cut; a wave of expiries
+    /// gives its memory back over the following passes, a bounded step each.
+    fn trim(&mut self, budget: usize) {
+        for t in &mut self.index {
+            if t.capacity() > 1024 && t.len() * 4 < t.capacity() {
+                t.shrink_to(t.len() * 2, |&v| spread(stored_of(v)));
+            }
+        }
+        let s = &mut self.slab;
+        let mut moved = 0;
+        while moved < budget && s.slots.len() - s.live > (s.slots.len() / 4).max(1024) {
+            let last = s.slots.len() - 1;
+            if s.is_held(last) {
+                let hole = loop {
+                    match s.free.pop() {
+                        Some(h) if (h as usize) < last && !s.is_held(h as usize) => break h,
+                        Some(_) => {}
+                        // Every hole below the end is on the free list: not reached.
+                        None => return,
+                    }
+                };
+                let (key, _) = &s.slots[last];
+                let (t, stored) = {
+                    let stored = stored_of(self.keyed.hash_one(key) >> 32);
+                    let t = if self.index.len() == 1 {
+                        0
+                    } else {
+                        usize::from(self.picks[(stored as usize >> 8) % PICKS])
+                    };
+                    (t, stored)
+                };
+                if let Some(v) = self.index[t].find_mut(spread(stored), |&v| slot_of(v) == last) {
+                    *v = pack(hole, stored);
+                }
+                s.slots.swap(last, hole as usize);
+                s.set_held(hole as usize, true);
+            }
+            s.slots.pop();
+            s.set_held(last, false);
+            moved += 1;
+        }
+        if s.slots.capacity() > 2 * s.slots.len() + 1024 {
+            s.slots.shrink_to(s.slots.len() + s.slots.len() / 4);
+            s.held.truncate(s.slots.len().div_ceil(64));
+            s.held.shrink_to_fit();
+            let len = s.slots.len();
+            s.free.retain(|&h| (h as usize) < len);
+            s.free.shrink_to_fit();
+        }
+    }
+}
+
+/// The ordered layout: B-trees over consecutive key ranges.
+#[derive(Debug)]
+pub struct Ordered {
+    /// Never empty. Shard `i > 0` holds the keys from `starts[i - 1]` (included) up to
+    /// `starts[i]` (excluded); shard 0 the keys below `starts[0]`, the last one the rest.
+    shards: Vec<BTreeMap<Key, Entry>>,
+    /// The first key of every shard but the first, strictly increasing.
+    starts: Vec<Key>,
+}
+
+/// The hasher of a hashed map: a multiply-fold over the key's bytes eight at a time, keyed by
+/// two random words drawn when the map is made (from `std`'s `RandomState`, which the
+/// operating system seeds). SipHash, `std`'s default, cost 100-300 ns more per operation
+/// (DESIGN.md §3.1).
+#[derive(Debug, Clone)]
+struct Keyed {
+    seed: u64,
+    mul: u64,
+}
+
+impl Keyed {
+    fn new() -> Self {
+        let r = std::collections::hash_map::RandomState::new();
+        let seed = r.hash_one(0x6562_6264_625f_6b64_u64);
+        let mul = r.hash_one(0x6d75_6c74_6970_6c79_u64) | 1;
+        Self { seed, mul }
+    }
+}
+
+impl BuildHasher for Keyed {
+    type Hasher = Fold;
+
+    #[inline]
+    fn build_hasher(&self) -> Fold {
+        Fold {
+            state: self.seed,
+            mul: self.mul,
+        }
+    }
+}
+
+/// The full 128-bit product of `a` and `b`, its halves folded together by xor.
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    #[allow(clippy::cast_possible_truncation)] // the halves, on purpose
+    let (lo, hi) = (p as u64, (p >> 64) as u64);
+    lo ^ hi
+}
+
+/// A running [`Keyed`] hash.
+#[derive(Debug)]
+struct Fold {
+    state: u64,
+    mul: u64,
+}
+
+/// Odd constants mixed into each word so that a zero word still moves the state (the
+/// fractional digits of pi and e).
+const PI: u64 = 0x243f_6a88_85a3_08d3;
+const E: u64 = 0xb7e1_5162_8aed_2a6b;
+
+impl Hasher for Fold {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut s = self.state;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            s = fold(s ^ u64::from_le_bytes(w) ^ PI, self.mul);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            // Zero padding is told apart by the length, which `[u8]`'s hash writes first.
+            s = fold(s ^ u64::from_le_bytes(w) ^ E, self.mul);
+        }
+        self.state = s;
+    }
+
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.state = fold(self.state ^ n as u64 ^ E, self.mul);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        fold(self.state ^ PI, self.mul ^ E)
+    }
+}
+
 impl KeyMap {
-    /// The map made of `shards`, given in key order. Panics (in debug builds) if a shard
-    /// after the first has no first key, the first keys do not increase, or an entry lies
-    /// outside its shard's range.
+    /// The ordered map made of `shards`, given in key order. Panics (in debug builds) if a
+    /// shard after the first has no first key, the first keys do not increase, or an entry
+    /// lies outside its shard's range.
     #[must_use]
     pub fn from_shards(shards: Vec<Shard>) -> Self {
-        let mut map = Self {
+        let mut map = Ordered {
             shards: Vec::with_capacity(shards.len().max(1)),
             starts: Vec::with_capacity(shards.len().saturating_sub(1)),
         };
@@ -66,44 +540,126 @@ impl KeyMap {
             .iter()
             .enumerate()
             .all(|(i, t)| { t.keys().all(|k| map.shard_of(k) == i) }));
-        map
+        Self {
+            layout: Layout::Ordered(map),
+        }
     }
 
-    /// The index of the shard whose range holds `key`.
-    #[inline]
-    fn shard_of(&self, key: &[u8]) -> usize {
-        self.starts
-            .partition_point(|s| key_order(s, key) != std::cmp::Ordering::Greater)
+    /// The map in key order, if it is ordered (else [`KeyMap::make_ordered`] first).
+    #[must_use]
+    pub fn ordered(&self) -> Option<&Ordered> {
+        match &self.layout {
+            Layout::Ordered(o) => Some(o),
+            Layout::Hashed(_) => None,
+        }
     }
 
-    /// Shards the map is split into.
+    /// Orders a hashed map (nothing if it already is): its entries sorted by key and cut into
+    /// shards of [`SHARD_RECORDS`]. About 0.1 s per million keys, under the keyspace's write
+    /// lock, once per open (DESIGN.md §3.1).
+    pub fn make_ordered(&mut self) {
+        let Layout::Hashed(h) = &mut self.layout else {
+            return;
+        };
+        let n = h.slab.live;
+        let mut all: Vec<(Key, Entry)> = Vec::with_capacity(n);
+        let slab = std::mem::take(&mut h.slab);
+        for (i, pair) in slab.slots.into_iter().enumerate() {
+            if slab.held[i / 64] >> (i % 64) & 1 == 1 {
+                all.push(pair);
+            }
+        }
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut shards: Vec<Shard> = Vec::with_capacity(n.div_ceil(SHARD_RECORDS).max(1));
+        let mut rest = all.into_iter().peekable();
+        while rest.peek().is_some() {
+            let tree: BTreeMap<Key, Entry> = rest.by_ref().take(SHARD_RECORDS).collect();
+            let start = if shards.is_empty() {
+                None
+            } else {
+                tree.keys().next().cloned()
+            };
+            shards.push((start, tree));
+        }
+        *self = Self::from_shards(shards);
+    }
+
+    /// Makes an ordered map hashed again (nothing if it is hashed): for tests, so that the
+    /// hashed layout also serves what an open recovered.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn make_hashed(&mut self) {
+        let Layout::Ordered(o) = &mut self.layout else {
+            return;
+        };
+        let shards = std::mem::take(&mut o.shards);
+        *self = Self::default();
+        for (k, e) in shards.into_iter().flatten() {
+            if let Slot::Vacant(v) = self.entry(k) {
+                v.insert(e);
+            }
+        }
+    }
+
+    /// True if the map is hashed.
+    #[cfg(any(test, feature = "test-hooks"))]
+    #[must_use]
+    pub fn is_hashed(&self) -> bool {
+        matches!(self.layout, Layout::Hashed(_))
+    }
+
+    /// Shards the map is split into (1 if hashed).
     #[cfg(any(test, feature = "test-hooks"))]
     #[must_use]
     pub fn shards(&self) -> usize {
-        self.shards.len()
+        self.ordered().map_or(1, |o| o.shards.len())
     }
 
     /// The entry for `key`.
+    #[inline]
     pub(super) fn get(&self, key: &Key) -> Option<&Entry> {
-        self.shards[self.shard_of(key)].get(key)
+        match &self.layout {
+            Layout::Hashed(h) => h.find(key).map(|i| &h.slab.slots[i].1),
+            Layout::Ordered(o) => o.shards[o.shard_of(key)].get(key),
+        }
     }
 
     /// As [`KeyMap::get`], mutable.
     pub(super) fn get_mut(&mut self, key: &Key) -> Option<&mut Entry> {
-        let i = self.shard_of(key);
-        self.shards[i].get_mut(key)
+        match &mut self.layout {
+            Layout::Hashed(h) => h.find(key).map(|i| &mut h.slab.slots[i].1),
+            Layout::Ordered(o) => {
+                let i = o.shard_of(key);
+                o.shards[i].get_mut(key)
+            }
+        }
     }
 
     /// Removes `key`'s entry.
     pub(super) fn remove(&mut self, key: &Key) -> Option<Entry> {
-        let i = self.shard_of(key);
-        self.shards[i].remove(key)
+        match &mut self.layout {
+            Layout::Hashed(h) => {
+                let (t, stored) = h.place(key);
+                let slots = &h.slab.slots;
+                let found = h.index[t].find_entry(spread(stored), |&v| {
+                    stored_of(v) == stored && slots[slot_of(v)].0 == *key
+                });
+                let (v, _) = found.ok()?.remove();
+                Some(h.slab.free(slot_of(v)).1)
+            }
+            Layout::Ordered(o) => {
+                let i = o.shard_of(key);
+                o.shards[i].remove(key)
+            }
+        }
     }
 
-    /// Entries in each shard, in key order.
+    /// Entries in each shard (each table, if hashed).
     #[cfg(test)]
     pub(crate) fn shard_lens(&self) -> Vec<usize> {
-        self.shards.iter().map(BTreeMap::len).collect()
+        match &self.layout {
+            Layout::Hashed(h) => h.index.iter().map(HashTable::len).collect(),
+            Layout::Ordered(o) => o.shards.iter().map(BTreeMap::len).collect(),
+        }
     }
 
     /// True if `key` has an entry.
@@ -116,14 +672,148 @@ impl KeyMap {
     /// Inserts `e` under `key`, returning the entry it replaced.
     #[cfg(test)]
     pub fn insert(&mut self, key: Key, e: Entry) -> Option<Entry> {
-        let i = self.shard_of(&key);
-        self.shards[i].insert(key, e)
+        match self.entry(key) {
+            Slot::Occupied(mut o) => Some(o.insert(e)),
+            Slot::Vacant(v) => {
+                v.insert(e);
+                None
+            }
+        }
     }
 
-    /// The slot of `key`, for a decision and a change in one descent.
-    pub fn entry(&mut self, key: Key) -> btree_map::Entry<'_, Key, Entry> {
-        let i = self.shard_of(&key);
-        self.shards[i].entry(key)
+    /// The slot of `key`, for a decision and a change in one lookup. A removal through it
+    /// leaves a hashed table at its size (the reaper's removals go through here; the next
+    /// [`KeyMap::remove`] from that table, or its growth, sizes it again).
+    pub fn entry(&mut self, key: Key) -> Slot<'_> {
+        if let Layout::Hashed(h) = &self.layout {
+            if h.slab.live >= MAX_SLOTS {
+                self.make_ordered();
+            }
+        }
+        match &mut self.layout {
+            Layout::Hashed(h) => {
+                h.split_if_due();
+                let (t, stored) = h.place(&key);
+                let slots = &h.slab.slots;
+                let found = h.index[t].find_entry(spread(stored), |&v| {
+                    stored_of(v) == stored && slots[slot_of(v)].0 == key
+                });
+                match found {
+                    Ok(index) => Slot::Occupied(Occupied::Hash {
+                        index,
+                        slab: &mut h.slab,
+                    }),
+                    Err(absent) => Slot::Vacant(Vacant::Hash {
+                        index: absent.into_table(),
+                        slab: &mut h.slab,
+                        key,
+                        stored,
+                    }),
+                }
+            }
+            Layout::Ordered(o) => {
+                let i = o.shard_of(&key);
+                match o.shards[i].entry(key) {
+                    btree_map::Entry::Occupied(o) => Slot::Occupied(Occupied::Tree(o)),
+                    btree_map::Entry::Vacant(v) => Slot::Vacant(Vacant::Tree(v)),
+                }
+            }
+        }
+    }
+
+    /// Gives back room in hashed tables left under a quarter full (after removals through
+    /// [`KeyMap::entry`]); a table is rehashed only if it shrinks.
+    pub fn trim(&mut self) {
+        if let Layout::Hashed(h) = &mut self.layout {
+            h.trim(TRIM_BUDGET);
+        }
+    }
+
+    /// Every entry, in key order if the map is ordered.
+    #[cfg(test)]
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&Key, &Entry)> + '_> {
+        match &self.layout {
+            Layout::Hashed(h) => Box::new(
+                h.slab
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| h.slab.is_held(*i))
+                    .map(|(_, (k, e))| (k, e)),
+            ),
+            Layout::Ordered(o) => Box::new(o.shards.iter().flatten()),
+        }
+    }
+
+    /// Calls `f` on every entry, mutable, in key order if the map is ordered.
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(&Key, &mut Entry)) {
+        match &mut self.layout {
+            Layout::Hashed(h) => {
+                let Slab { slots, held, .. } = &mut h.slab;
+                for (i, (k, e)) in slots.iter_mut().enumerate() {
+                    if held[i / 64] >> (i % 64) & 1 == 1 {
+                        f(k, e);
+                    }
+                }
+            }
+            Layout::Ordered(o) => {
+                for t in &mut o.shards {
+                    for (k, e) in t {
+                        f(k, e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `f` on every entry, in key order if the map is ordered (a plain loop over each
+    /// shard or table: the walks at open run a million times through it).
+    pub fn for_each(&self, mut f: impl FnMut(&Key, &Entry)) {
+        match &self.layout {
+            Layout::Hashed(h) => {
+                for (i, (k, e)) in h.slab.slots.iter().enumerate() {
+                    if h.slab.is_held(i) {
+                        f(k, e);
+                    }
+                }
+            }
+            Layout::Ordered(o) => {
+                for t in &o.shards {
+                    for (k, e) in t {
+                        f(k, e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Entries.
+    #[cfg(test)]
+    #[must_use]
+    pub fn len(&self) -> usize {
+        match &self.layout {
+            Layout::Hashed(h) => h.slab.live,
+            Layout::Ordered(o) => o.shards.iter().map(BTreeMap::len).sum(),
+        }
+    }
+
+    /// True if there is no entry.
+    #[cfg(test)]
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        match &self.layout {
+            Layout::Hashed(h) => h.slab.live == 0,
+            Layout::Ordered(o) => o.shards.iter().all(BTreeMap::is_empty),
+        }
+    }
+}
+
+impl Ordered {
+    /// The index of the shard whose range holds `key`.
+    #[inline]
+    fn shard_of(&self, key: &[u8]) -> usize {
+        self.starts
+            .partition_point(|s| key_order(s, key) != std::cmp::Ordering::Greater)
     }
 
     /// Entries whose keys lie within `bounds`, in key order.
@@ -151,46 +841,6 @@ impl KeyMap {
         let shards = if empty { &[][..] } else { shards };
         shards.iter().flat_map(move |t| t.range::<[u8], _>(bounds))
     }
-
-    /// Every entry, in key order.
-    #[cfg(test)]
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Key, &Entry)> {
-        self.shards.iter().flatten()
-    }
-
-    /// Every entry, in key order, mutable.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut Entry)> {
-        self.shards.iter_mut().flatten()
-    }
-
-    /// Calls `f` on every entry, in key order (a plain loop over each shard's tree: the walks
-    /// at open run a million times through it).
-    pub fn for_each(&self, mut f: impl FnMut(&Key, &Entry)) {
-        for tree in &self.shards {
-            for (k, e) in tree {
-                f(k, e);
-            }
-        }
-    }
-
-    /// Every entry's value, in key order.
-    pub fn values(&self) -> impl Iterator<Item = &Entry> {
-        self.shards.iter().flat_map(BTreeMap::values)
-    }
-
-    /// Entries.
-    #[cfg(test)]
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(BTreeMap::len).sum()
-    }
-
-    /// True if there is no entry.
-    #[cfg(test)]
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.shards.iter().all(BTreeMap::is_empty)
-    }
 }
 
 #[cfg(test)]
@@ -199,6 +849,11 @@ mod tests {
 
     fn k(s: &str) -> Key {
         Key::from_slice(s.as_bytes())
+    }
+
+    /// Every entry, in the map's order.
+    fn entries(map: &KeyMap) -> Vec<(Key, Entry)> {
+        map.iter().map(|(k, e)| (k.clone(), *e)).collect()
     }
 
     /// A map split at "d" and "m", holding `keys`, beside the same keys in one B-tree.
@@ -223,100 +878,396 @@ mod tests {
         (KeyMap::from_shards(shards), one)
     }
 
-    /// Ranges, lookups and changes across shard boundaries agree with a single B-tree, for
-    /// every pair of bounds drawn from keys inside, between and at the boundaries.
-    #[test]
-    fn a_split_map_behaves_as_one_tree() {
-        let keys = [
-            "", "a", "c", "cz", "d", "d\0", "k", "lz", "m", "ma", "z", "zz",
-        ];
-        let (mut map, mut one) = split(&keys);
-        assert_eq!(map.shards(), 3);
-        let probes = [
-            "", "0", "b", "c", "d", "d\0", "e", "l", "m", "m\0", "y", "zz", "zzz",
-        ];
+    /// Ranges of `map` (ordered) agree with `one` for every pair of bounds drawn from `probes`.
+    fn same_ranges(map: &KeyMap, one: &BTreeMap<Key, Entry>, probes: &[&'static str]) {
+        let ord = map.ordered().expect("an ordered map");
         let bound = |i: usize, s: &'static str| match i {
             0 => Bound::Included(s.as_bytes()),
             1 => Bound::Excluded(s.as_bytes()),
             _ => Bound::Unbounded,
         };
-        for round in 0..2 {
-            for a in probes {
-                for b in probes {
-                    for (ia, ib) in (0..3).flat_map(|x| (0..3).map(move |y| (x, y))) {
-                        let bounds = (bound(ia, a), bound(ib, b));
-                        let got: Vec<_> = map.range(bounds).map(|(k, e)| (k.clone(), *e)).collect();
-                        let ok = match bounds {
-                            (Bound::Included(x), Bound::Included(y)) => x <= y,
-                            (Bound::Excluded(x), Bound::Excluded(y)) => x < y,
-                            (
-                                Bound::Included(x) | Bound::Excluded(x),
-                                Bound::Included(y) | Bound::Excluded(y),
-                            ) => x < y,
-                            _ => true,
-                        };
-                        let want: Vec<_> = if ok {
-                            one.range::<[u8], _>(bounds)
-                                .map(|(k, e)| (k.clone(), *e))
-                                .collect()
-                        } else {
-                            Vec::new()
-                        };
-                        assert_eq!(got, want, "round {round}: {bounds:?}");
-                        let back: Vec<_> =
-                            map.range(bounds).rev().map(|(k, _)| k.clone()).collect();
-                        assert_eq!(
-                            back,
-                            want.iter()
-                                .rev()
-                                .map(|(k, _)| k.clone())
-                                .collect::<Vec<_>>()
-                        );
-                    }
+        for a in probes {
+            for b in probes {
+                for (ia, ib) in (0..3).flat_map(|x| (0..3).map(move |y| (x, y))) {
+                    let bounds = (bound(ia, a), bound(ib, b));
+                    let got: Vec<_> = ord.range(bounds).map(|(k, e)| (k.clone(), *e)).collect();
+                    let ok = match bounds {
+                        (Bound::Included(x), Bound::Included(y)) => x <= y,
+                        (Bound::Excluded(x), Bound::Excluded(y)) => x < y,
+                        (
+                            Bound::Included(x) | Bound::Excluded(x),
+                            Bound::Included(y) | Bound::Excluded(y),
+                        ) => x < y,
+                        _ => true,
+                    };
+                    let want: Vec<_> = if ok {
+                        one.range::<[u8], _>(bounds)
+                            .map(|(k, e)| (k.clone(), *e))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    assert_eq!(got, want, "{bounds:?}");
+                    let back: Vec<_> = ord.range(bounds).rev().map(|(k, _)| k.clone()).collect();
+                    assert_eq!(
+                        back,
+                        want.iter()
+                            .rev()
+                            .map(|(k, _)| k.clone())
+                            .collect::<Vec<_>>()
+                    );
                 }
-                assert_eq!(map.get(&k(a)), one.get(a.as_bytes()));
-                assert_eq!(
-                    map.contains_key(a.as_bytes()),
-                    one.contains_key(a.as_bytes())
-                );
             }
-            assert_eq!(map.len(), one.len());
-            let all: Vec<_> = map.iter().map(|(k, _)| k.clone()).collect();
-            assert_eq!(all, one.keys().cloned().collect::<Vec<_>>());
-            // Change it: every probe key inserted, every original key at an odd position
-            // removed, and the rest bumped through `entry` and `get_mut`.
-            for (i, p) in probes.iter().enumerate() {
-                assert_eq!(
-                    map.insert(k(p), Entry::at_seq(100 + i as u64)),
-                    one.insert(k(p), Entry::at_seq(100 + i as u64))
-                );
-            }
-            for (i, s) in keys.iter().enumerate() {
-                if i % 2 == 1 {
-                    assert_eq!(map.remove(&k(s)), one.remove(s.as_bytes()));
-                } else if let btree_map::Entry::Occupied(mut o) = map.entry(k(s)) {
+        }
+    }
+
+    /// Lookups and changes through every entry point agree with a single B-tree: every probe
+    /// key inserted, every original key at an odd position removed, the rest bumped through
+    /// `entry` and `get_mut`, every entry changed through `for_each_mut`.
+    fn change_both(
+        map: &mut KeyMap,
+        one: &mut BTreeMap<Key, Entry>,
+        keys: &[&str],
+        probes: &[&str],
+    ) {
+        for p in probes {
+            assert_eq!(map.get(&k(p)), one.get(p.as_bytes()));
+            assert_eq!(
+                map.contains_key(p.as_bytes()),
+                one.contains_key(p.as_bytes())
+            );
+        }
+        for (i, p) in probes.iter().enumerate() {
+            assert_eq!(
+                map.insert(k(p), Entry::at_seq(100 + i as u64)),
+                one.insert(k(p), Entry::at_seq(100 + i as u64))
+            );
+        }
+        for (i, s) in keys.iter().enumerate() {
+            if i % 2 == 1 {
+                assert_eq!(map.remove(&k(s)), one.remove(s.as_bytes()));
+            } else if i % 4 == 2 {
+                if let Slot::Occupied(mut o) = map.entry(k(s)) {
                     o.get_mut().seq += 1000;
                     one.get_mut(s.as_bytes()).expect("same keys").seq += 1000;
                 }
+            } else if let Some(e) = map.get_mut(&k(s)) {
+                e.seq += 2000;
+                one.get_mut(s.as_bytes()).expect("same keys").seq += 2000;
             }
-            for e in map.iter_mut().map(|(_, e)| e) {
-                e.file += 1;
-            }
-            for e in one.values_mut() {
-                e.file += 1;
-            }
-            assert_eq!(
-                map.values().copied().collect::<Vec<_>>(),
-                one.values().copied().collect::<Vec<_>>()
-            );
         }
-        let empty = KeyMap::default();
+        map.for_each_mut(|_, e| e.file += 1);
+        for e in one.values_mut() {
+            e.file += 1;
+        }
+        assert_eq!(map.len(), one.len());
+        assert_eq!(map.is_empty(), one.is_empty());
+    }
+
+    const KEYS: [&str; 12] = [
+        "", "a", "c", "cz", "d", "d\0", "k", "lz", "m", "ma", "z", "zz",
+    ];
+    const PROBES: [&str; 13] = [
+        "", "0", "b", "c", "d", "d\0", "e", "l", "m", "m\0", "y", "zz", "zzz",
+    ];
+
+    /// Ranges, lookups and changes across shard boundaries agree with a single B-tree, for
+    /// every pair of bounds drawn from keys inside, between and at the boundaries.
+    #[test]
+    fn a_split_map_behaves_as_one_tree() {
+        let (mut map, mut one) = split(&KEYS);
+        assert_eq!(map.shards(), 3);
+        for _round in 0..2 {
+            same_ranges(&map, &one, &PROBES);
+            let all: Vec<_> = entries(&map);
+            assert_eq!(
+                all,
+                one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
+            );
+            change_both(&mut map, &mut one, &KEYS, &PROBES);
+        }
+        let empty = KeyMap::from_shards(Vec::new());
         assert!(
             empty.is_empty()
-                && empty
+                && empty.ordered().is_some_and(|o| o
                     .range((Bound::Unbounded, Bound::Unbounded))
                     .next()
-                    .is_none()
+                    .is_none())
         );
+    }
+
+    /// A map that starts empty is hashed and behaves as a B-tree for every point operation;
+    /// ordered, it holds the same entries in key order, with ranges that agree, and it goes on
+    /// agreeing through further changes.
+    #[test]
+    fn a_hashed_map_behaves_as_a_tree_and_orders_into_one() {
+        let mut map = KeyMap::default();
+        assert!(map.ordered().is_none() && map.is_empty());
+        let mut one = BTreeMap::new();
+        for (i, s) in KEYS.iter().enumerate() {
+            assert_eq!(map.insert(k(s), Entry::at_seq(i as u64)), None);
+            one.insert(k(s), Entry::at_seq(i as u64));
+        }
+        change_both(&mut map, &mut one, &KEYS, &PROBES);
+        let mut unordered = entries(&map);
+        unordered.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            unordered,
+            one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
+        );
+        map.make_ordered();
+        assert_eq!(map.shards(), 1);
+        same_ranges(&map, &one, &PROBES);
+        change_both(&mut map, &mut one, &KEYS, &PROBES);
+        same_ranges(&map, &one, &PROBES);
+        map.make_ordered();
+        same_ranges(&map, &one, &PROBES);
+    }
+
+    /// Many keys, of every length around the inline limit and the hash's eight-byte words:
+    /// inserted, half removed (through `remove` and through `entry`, so tables grow, shrink
+    /// and are trimmed), then ordered into several shards that cut where the keys do. The
+    /// tables hold their shares of the keys, and every answer agrees with a B-tree.
+    #[test]
+    fn many_keys_grow_shrink_and_order_across_tables_and_shards() {
+        let mut map = KeyMap::default();
+        let mut one = BTreeMap::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let n = SPLIT_AT + 3 * SHARD_RECORDS + 17;
+        let mut keys = Vec::with_capacity(n);
+        for i in 0..n {
+            let len = (next() % 40) as usize;
+            let mut key: Vec<u8> = (0..len).map(|_| (next() % 4) as u8).collect();
+            key.extend_from_slice(&(i as u32).to_be_bytes()[..usize::from(i % 3 == 0)]);
+            let key = Key::from_slice(&key);
+            let e = Entry::at_seq(i as u64);
+            assert_eq!(map.insert(key.clone(), e), one.insert(key.clone(), e));
+            keys.push(key);
+        }
+        // Table `i` holds about `2^(i/TABLES)` parts of the keys (`picks`).
+        let lens = map.shard_lens();
+        assert_eq!(lens.len(), TABLES);
+        let parts: f64 = (0..TABLES).map(|i| (i as f64 / TABLES as f64).exp2()).sum();
+        for (i, &len) in lens.iter().enumerate() {
+            let want = one.len() as f64 * (i as f64 / TABLES as f64).exp2() / parts;
+            assert!(
+                (len as f64 - want).abs() < want * 0.5 + 30.0,
+                "table {i}: {len} keys, about {want:.0} expected"
+            );
+        }
+        assert!(lens[TABLES - 1] > lens[0] * 3 / 2, "{lens:?}");
+        for (i, key) in keys.iter().enumerate() {
+            match i % 4 {
+                0 => assert_eq!(map.remove(key), one.remove(key)),
+                1 => {
+                    let got = match map.entry(key.clone()) {
+                        Slot::Occupied(o) => Some(o.remove()),
+                        Slot::Vacant(_) => None,
+                    };
+                    assert_eq!(got, one.remove(key));
+                }
+                _ => assert_eq!(map.get(key), one.get(key)),
+            }
+        }
+        map.trim();
+        assert_eq!(map.len(), one.len());
+        for key in &keys {
+            assert_eq!(map.get(key), one.get(key));
+        }
+        map.make_ordered();
+        let want: Vec<_> = one.iter().map(|(k, e)| (k.clone(), *e)).collect();
+        assert_eq!(entries(&map), want);
+        assert_eq!(map.shards(), want.len().div_ceil(SHARD_RECORDS));
+        let ord = map.ordered().expect("ordered");
+        for w in want.iter().step_by(97) {
+            let from = (Bound::Included(w.0.as_slice()), Bound::Unbounded);
+            let got: Vec<_> = ord.range(from).take(50).map(|(k, _)| k.clone()).collect();
+            let exp: Vec<_> = one
+                .range::<[u8], _>(from)
+                .take(50)
+                .map(|(k, _)| k.clone())
+                .collect();
+            assert_eq!(got, exp);
+        }
+        for key in &keys {
+            assert_eq!(map.get(key), one.get(key));
+        }
+    }
+
+    /// After nine keys in ten leave, trimming a bounded step at a time moves the survivors
+    /// into the holes and cuts the slab to about the live keys, while every lookup, change
+    /// and walk still agrees with a B-tree, before, during and after.
+    #[test]
+    fn trimming_gives_the_slab_back_and_keeps_every_answer() {
+        let mut map = KeyMap::default();
+        let mut one = BTreeMap::new();
+        let n = 3 * SPLIT_AT;
+        let key = |i: usize| {
+            Key::from_slice(
+                format!("key-{:08}", i.wrapping_mul(2_654_435_761) % 1_000_003).as_bytes(),
+            )
+        };
+        for i in 0..n {
+            let e = Entry::at_seq(i as u64);
+            assert_eq!(map.insert(key(i), e), one.insert(key(i), e));
+        }
+        let slab_len = |m: &KeyMap| match &m.layout {
+            Layout::Hashed(h) => h.slab.slots.len(),
+            Layout::Ordered(_) => usize::MAX,
+        };
+        let full = slab_len(&map);
+        assert_eq!(full, one.len());
+        for i in (0..n).filter(|i| i % 10 != 3) {
+            let got = if i % 2 == 0 {
+                map.remove(&key(i))
+            } else {
+                match map.entry(key(i)) {
+                    Slot::Occupied(o) => Some(o.remove()),
+                    Slot::Vacant(_) => None,
+                }
+            };
+            assert_eq!(got, one.remove(&key(i)));
+        }
+        let mut rounds = 0;
+        loop {
+            let before = slab_len(&map);
+            map.trim();
+            rounds += 1;
+            // A write between trims lands in a hole or at the end; it must stay findable.
+            let fresh = Key::from_slice(format!("fresh-{rounds}").as_bytes());
+            let e = Entry::at_seq(1_000_000 + rounds);
+            assert_eq!(map.insert(fresh.clone(), e), one.insert(fresh, e));
+            for (k, e) in one.iter().step_by(7) {
+                assert_eq!(map.get(k), Some(e));
+            }
+            if slab_len(&map) >= before {
+                break;
+            }
+            assert!(before - slab_len(&map) <= TRIM_BUDGET + 1, "a bounded step");
+        }
+        assert!(rounds > 2, "{rounds} rounds");
+        assert!(
+            slab_len(&map) <= one.len() * 4 / 3 + 1024,
+            "slab {} for {} keys",
+            slab_len(&map),
+            one.len()
+        );
+        assert_eq!(map.len(), one.len());
+        for (k, e) in &one {
+            assert_eq!(map.get(k), Some(e));
+        }
+        let mut walked = entries(&map);
+        walked.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            walked,
+            one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
+        );
+        for i in 0..n {
+            let e = Entry::at_seq(2_000_000 + i as u64);
+            assert_eq!(map.insert(key(i), e), one.insert(key(i), e));
+        }
+        map.make_ordered();
+        assert_eq!(
+            entries(&map),
+            one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
+        );
+    }
+
+    /// Under churn (the oldest key leaves, a new one comes, as with TTLs) the slab and the
+    /// index stay the size of the live keys: freed slots are reused.
+    #[test]
+    fn churn_reuses_slots() {
+        let mut map = KeyMap::default();
+        let live = SPLIT_AT + 1000;
+        let key = |i: usize| {
+            Key::from_slice(&(i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes())
+        };
+        for i in 0..live {
+            map.insert(key(i), Entry::at_seq(i as u64));
+        }
+        let room = |m: &KeyMap| match &m.layout {
+            Layout::Hashed(h) => h.index.iter().map(HashTable::capacity).sum::<usize>(),
+            Layout::Ordered(_) => usize::MAX,
+        };
+        let before = room(&map);
+        for i in live..live * 8 {
+            let gone = match map.entry(key(i - live)) {
+                Slot::Occupied(o) => Some(o.remove()),
+                Slot::Vacant(_) => None,
+            };
+            assert_eq!(gone.map(|e| e.seq), Some((i - live) as u64));
+            map.insert(key(i), Entry::at_seq(i as u64));
+            if i % 1000 == 0 {
+                map.trim();
+            }
+        }
+        let Layout::Hashed(h) = &map.layout else {
+            panic!("still hashed");
+        };
+        assert_eq!(h.slab.live, live);
+        assert_eq!(h.slab.slots.len(), live, "no slot left behind");
+        assert!(h.slab.free.len() < 16, "{} free", h.slab.free.len());
+        assert!(
+            room(&map) <= before * 2,
+            "index room {} after churn, {before} before",
+            room(&map)
+        );
+    }
+
+    /// A hashed map that reaches [`MAX_SLOTS`] entries becomes ordered at the next insert,
+    /// with every entry, and takes further keys.
+    #[test]
+    fn a_full_hashed_map_orders_itself_and_goes_on() {
+        let mut map = KeyMap::default();
+        let key = |i: usize| Key::from_slice(&(i as u64).to_be_bytes());
+        for i in 0..MAX_SLOTS {
+            map.insert(key(i), Entry::at_seq(i as u64));
+        }
+        assert!(map.ordered().is_none());
+        assert_eq!(map.insert(key(MAX_SLOTS), Entry::at_seq(0)), None);
+        assert!(map.ordered().is_some());
+        assert_eq!(map.len(), MAX_SLOTS + 1);
+        let walked: Vec<u64> = map.iter().map(|(_, e)| e.seq).collect();
+        let want: Vec<u64> = (0..MAX_SLOTS as u64).chain([0]).collect();
+        assert_eq!(walked, want);
+    }
+
+    /// Every table gets picks, in order, their counts growing from about 11 to about 22.
+    #[test]
+    fn table_shares_grow_across_a_factor_of_two() {
+        let p = picks();
+        assert!(p.windows(2).all(|w| w[0] <= w[1] && w[1] - w[0] <= 1));
+        let last = u16::try_from(TABLES - 1).expect("fits");
+        assert_eq!((p[0], p[PICKS - 1]), (0, last));
+        let count = |t: u16| p.iter().filter(|&&x| x == t).count();
+        let (first, last) = (count(0), count(last));
+        assert!(
+            (10..=12).contains(&first) && (21..=23).contains(&last),
+            "{first} {last}"
+        );
+    }
+
+    /// Keys that differ only in trailing zero bytes, or in where the hash's words cut them,
+    /// hash apart (the length is part of the hash), and two maps key their hashes apart.
+    #[test]
+    fn the_hash_tells_zero_padding_apart_and_is_keyed_per_map() {
+        let keyed = Keyed::new();
+        let zeros: Vec<u64> = (0..20)
+            .map(|n| keyed.hash_one(Key::from_slice(&vec![0; n])))
+            .collect();
+        let mut distinct = zeros.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), zeros.len());
+        let other = Keyed::new();
+        let key = Key::from_slice(b"session:0001");
+        assert_ne!(keyed.hash_one(&key), other.hash_one(&key));
+        assert_eq!(keyed.hash_one(&key), keyed.hash_one(key.clone()));
     }
 }

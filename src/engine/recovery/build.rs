@@ -586,7 +586,7 @@ mod tests {
                 .collect();
             armed_pairs.sort_unstable();
             assert_eq!(want_fired, armed_pairs);
-            let armed = want.values().filter(|e| e.armed != ttl::NEVER).count();
+            let armed = want.iter().filter(|(_, e)| e.armed != ttl::NEVER).count();
             assert!(armed > 0);
             assert_eq!(want_fired.len(), armed, "a timer for every armed entry");
             for (per_shard, threads) in [(1, 1), (7, 2), (100, 2), (1_000, 3), (SHARD_RECORDS, 2)] {
