@@ -20,7 +20,7 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 mod census;
 mod map;
 pub use census::{Census, Count, Gathered};
-pub use map::{KeyMap, Ordered, Slot};
+pub use map::{KeyMap, Ordered, Slot, Touched};
 
 /// A key as stored in the key directory: keys up to 23 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
@@ -365,20 +365,89 @@ pub struct KeyspaceCore {
     pub dropped: AtomicBool,
     /// Open scans and the batch before-images they need (taken after `state`).
     pub(crate) scans: parking_lot::Mutex<crate::scans::ScanRegistry>,
+    /// Held by the one walk that orders a hashed map ([`KeyspaceCore::read_ordered`]); taken
+    /// before `state`.
+    pub(crate) ordering: parking_lot::Mutex<()>,
 }
 
+/// Slots copied per read lock while a map is ordered off its lock: writers to the keyspace
+/// wait at most for one such copy (16 K slots, 1 MiB, into a vector allocated before the lock
+/// is taken; copying 64 K slots into one growing vector held writers up to 12 ms at 2 M keys).
+const ORDER_COPY_SLOTS: usize = 1 << 14;
+
+/// Keys brought up to date per read lock while a map is ordered off its lock.
+const ORDER_REPLAY_KEYS: usize = 1 << 12;
+
+/// Rounds of bringing the copy up to date under read locks before the last round, which
+/// holds the write lock whatever is left.
+const ORDER_ROUNDS: usize = 8;
+
 impl KeyspaceCore {
-    /// A read lock on the state, its map ordered first if it is hashed (by a write lock
-    /// downgraded to this read lock, so nothing comes between): what a walk in key order holds.
+    /// A read lock on the state, its map ordered first if it is hashed: what a walk in key
+    /// order holds. The ordering is done off the lock (DESIGN.md §3.1, "Ordering off the
+    /// lock"): the entries are copied a chunk at a time under read locks, sorted and built
+    /// into B-trees with no lock held, and the keys written meanwhile are replayed into them,
+    /// in rounds under read locks, the last one under the write lock. A map once ordered stays
+    /// so while the store is open, so the read lock taken after it sees it ordered.
     pub fn read_ordered(&self) -> OrderedRead<'_> {
         let st = self.state.read();
         if st.map.ordered().is_some() {
             return OrderedRead(st);
         }
         drop(st);
-        let mut st = self.state.write();
-        st.map.make_ordered();
-        OrderedRead(RwLockWriteGuard::downgrade(st))
+        let _one = self.ordering.lock();
+        if !self.state.write().map.begin_ordering() {
+            // Ordered by the walk that held `ordering` before this one.
+            return OrderedRead(self.state.read());
+        }
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        loop {
+            let mut chunk = Vec::with_capacity(ORDER_COPY_SLOTS);
+            let next = self
+                .state
+                .read()
+                .map
+                .copy_entries(at, ORDER_COPY_SLOTS, &mut chunk);
+            chunks.push(chunk);
+            match next {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        let mut ordered = Ordered::from_unsorted(chunks.concat());
+        let mut round = 0;
+        loop {
+            let mut st = self.state.write();
+            let keys = match st.map.take_touched() {
+                Touched::Keys(keys) => keys,
+                Touched::All => {
+                    st.map.make_ordered();
+                    return OrderedRead(RwLockWriteGuard::downgrade(st));
+                }
+                Touched::Ordered => return OrderedRead(RwLockWriteGuard::downgrade(st)),
+            };
+            if keys.len() <= ORDER_REPLAY_KEYS || round == ORDER_ROUNDS {
+                for key in keys {
+                    let e = st.map.get(&key).copied();
+                    ordered.set(key, e);
+                }
+                let old = st.map.finish_ordering(ordered);
+                // The hashed layout is freed with no lock held; the map stays ordered.
+                drop(st);
+                drop(old);
+                return OrderedRead(self.state.read());
+            }
+            drop(st);
+            // A key changed after its replay here is noted again for the next round.
+            for chunk in keys.chunks(ORDER_REPLAY_KEYS) {
+                let st = self.state.read();
+                for key in chunk {
+                    ordered.set(key.clone(), st.map.get(key).copied());
+                }
+            }
+            round += 1;
+        }
     }
 }
 

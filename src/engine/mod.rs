@@ -3,7 +3,9 @@
 //! Lock order, everywhere: `manifest_lock` → `log` → a keyspace's `state` → `segments`. The
 //! expiry timers, the sync state and the subscriber list are leaf locks, never held while
 //! taking another. Readers take only a keyspace's `state` (read) and `segments` (read), so they
-//! never wait for an fsync; a rotation never does either (`rotation.rs`). A writer takes
+//! never wait for an fsync; the first walk in key order over a hashed key directory also takes
+//! the keyspace's `ordering` mutex (before `state`) and `state` (write) for a few short spells
+//! (`KeyspaceCore::read_ordered`); a rotation never does either (`rotation.rs`). A writer takes
 //! `manifest_lock` only after letting `log` go, to commit rotations (`sync_to`, or
 //! `commit_if_far_behind` on a disk far behind).
 

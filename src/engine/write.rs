@@ -342,6 +342,8 @@ impl Inner {
             // batch or none of it.
             let mut guards = lock_keyspaces(ops);
             let mut superseded_expired: Vec<SupersededExpired> = Vec::new();
+            // A key left a key directory: its room is given back (`KeyMap::trim`).
+            let mut removed = false;
             // The expiry timers, locked on first use (a leaf lock: taken after the keyspaces').
             let mut expiry: Option<parking_lot::MutexGuard<'_, super::ExpiryState>> = None;
             if batch {
@@ -508,7 +510,10 @@ impl Inner {
                     // never enters the map, and what tracks keys by their writes must hear so.
                     *departures += 1;
                     match slot {
-                        Slot::Occupied(o) => Some(o.remove()),
+                        Slot::Occupied(o) => {
+                            removed = true;
+                            Some(o.remove())
+                        }
                         Slot::Vacant(_) => None,
                     }
                 };
@@ -527,6 +532,9 @@ impl Inner {
             log.next_seq = seq;
             for (_, st) in &mut guards {
                 st.applied_seq = seq;
+                if removed {
+                    st.map.trim();
+                }
             }
             drop(guards);
             log.appended += total as u64;
@@ -694,6 +702,7 @@ impl Inner {
             }),
             dropped: false.into(),
             scans: parking_lot::Mutex::default(),
+            ordering: parking_lot::Mutex::new(()),
         });
         let mut cat = self.catalog.write();
         cat.by_name.insert(name.to_string(), Arc::clone(&core));

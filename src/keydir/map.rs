@@ -310,6 +310,12 @@ struct Hashed {
     slab: Slab,
     keyed: Keyed,
     picks: &'static [u16; PICKS],
+    /// While the map is being ordered off its lock ([`KeyMap::begin_ordering`]): every key
+    /// whose entry may have changed since (written, removed, changed in place, or moved to
+    /// another slot).
+    touched: Option<Vec<Key>>,
+    /// A walk changed entries in place while the map was being ordered (any may differ).
+    touched_all: bool,
 }
 
 impl Hashed {
@@ -319,6 +325,16 @@ impl Hashed {
             slab: Slab::default(),
             keyed: Keyed::new(),
             picks: picks(),
+            touched: None,
+            touched_all: false,
+        }
+    }
+
+    /// Notes that `key`'s entry may change, if the map is being ordered.
+    #[inline]
+    fn touch(&mut self, key: &Key) {
+        if let Some(t) = &mut self.touched {
+            t.push(key.clone());
         }
     }
 
@@ -388,6 +404,10 @@ impl Hashed {
                     }
                 };
                 let (key, _) = &s.slots[last];
+                if let Some(touched) = &mut self.touched {
+                    // The copy of an ordering in progress may have passed the hole already.
+                    touched.push(key.clone());
+                }
                 let (t, stored) = {
                     let stored = stored_of(self.keyed.hash_one(key) >> 32);
                     let t = if self.index.len() == 1 {
@@ -507,7 +527,7 @@ impl Hasher for Fold {
 
     #[inline]
     fn finish(&self) -> u64 {
-        fold(self.state ^ PI, self.mul ^ E)
+        fold(self.state ^ PI, (self.mul ^ E) | 1)
     }
 }
 
@@ -561,27 +581,81 @@ impl KeyMap {
         let Layout::Hashed(h) = &mut self.layout else {
             return;
         };
-        let n = h.slab.live;
-        let mut all: Vec<(Key, Entry)> = Vec::with_capacity(n);
         let slab = std::mem::take(&mut h.slab);
+        let mut all: Vec<(Key, Entry)> = Vec::with_capacity(slab.live);
         for (i, pair) in slab.slots.into_iter().enumerate() {
             if slab.held[i / 64] >> (i % 64) & 1 == 1 {
                 all.push(pair);
             }
         }
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut shards: Vec<Shard> = Vec::with_capacity(n.div_ceil(SHARD_RECORDS).max(1));
-        let mut rest = all.into_iter().peekable();
-        while rest.peek().is_some() {
-            let tree: BTreeMap<Key, Entry> = rest.by_ref().take(SHARD_RECORDS).collect();
-            let start = if shards.is_empty() {
-                None
-            } else {
-                tree.keys().next().cloned()
-            };
-            shards.push((start, tree));
+        self.layout = Layout::Ordered(Ordered::from_unsorted(all));
+    }
+
+    /// Starts ordering a hashed map without holding its lock for the sort (DESIGN.md §3.1,
+    /// "Ordering off the lock"): from now on every key whose entry may change is noted.
+    /// False if the map is ordered (nothing to do).
+    pub fn begin_ordering(&mut self) -> bool {
+        match &mut self.layout {
+            Layout::Hashed(h) => {
+                h.touched = Some(Vec::new());
+                h.touched_all = false;
+                true
+            }
+            Layout::Ordered(_) => false,
         }
-        *self = Self::from_shards(shards);
+    }
+
+    /// Copies the entries of up to `max` slots from slot `from` on into `out`: the slot to go
+    /// on from, or `None` once every slot was passed (or the map is ordered).
+    pub fn copy_entries(
+        &self,
+        from: usize,
+        max: usize,
+        out: &mut Vec<(Key, Entry)>,
+    ) -> Option<usize> {
+        let Layout::Hashed(h) = &self.layout else {
+            return None;
+        };
+        let end = h.slab.slots.len().min(from.saturating_add(max));
+        if from >= end {
+            return None;
+        }
+        for i in from..end {
+            if h.slab.is_held(i) {
+                out.push(h.slab.slots[i].clone());
+            }
+        }
+        Some(end)
+    }
+
+    /// The keys noted since [`KeyMap::begin_ordering`] or the last call, the note started
+    /// afresh.
+    pub fn take_touched(&mut self) -> Touched {
+        match &mut self.layout {
+            Layout::Hashed(h) if h.touched_all => Touched::All,
+            Layout::Hashed(h) => match &mut h.touched {
+                Some(t) => Touched::Keys(std::mem::take(t)),
+                None => Touched::All,
+            },
+            Layout::Ordered(_) => Touched::Ordered,
+        }
+    }
+
+    /// Ends an ordering: the map becomes `ordered`, which the caller built from a copy and
+    /// brought up to date with every key noted since (under this map's write lock, so none
+    /// is left).
+    /// Returns the hashed layout it replaced, for the caller to drop once the lock is let go
+    /// (freeing a slab of 2 M entries held writers for about 10 ms).
+    #[must_use]
+    pub fn finish_ordering(&mut self, ordered: Ordered) -> Option<Retired> {
+        if let Layout::Hashed(h) = &self.layout {
+            debug_assert!(h.touched.as_ref().is_some_and(Vec::is_empty) && !h.touched_all);
+            let old = std::mem::replace(&mut self.layout, Layout::Ordered(ordered));
+            if let Layout::Hashed(h) = old {
+                return Some(Retired(h));
+            }
+        }
+        None
     }
 
     /// Makes an ordered map hashed again (nothing if it is hashed): for tests, so that the
@@ -626,7 +700,10 @@ impl KeyMap {
     /// As [`KeyMap::get`], mutable.
     pub(super) fn get_mut(&mut self, key: &Key) -> Option<&mut Entry> {
         match &mut self.layout {
-            Layout::Hashed(h) => h.find(key).map(|i| &mut h.slab.slots[i].1),
+            Layout::Hashed(h) => {
+                h.touch(key);
+                h.find(key).map(|i| &mut h.slab.slots[i].1)
+            }
             Layout::Ordered(o) => {
                 let i = o.shard_of(key);
                 o.shards[i].get_mut(key)
@@ -638,6 +715,7 @@ impl KeyMap {
     pub(super) fn remove(&mut self, key: &Key) -> Option<Entry> {
         match &mut self.layout {
             Layout::Hashed(h) => {
+                h.touch(key);
                 let (t, stored) = h.place(key);
                 let slots = &h.slab.slots;
                 let found = h.index[t].find_entry(spread(stored), |&v| {
@@ -682,8 +760,9 @@ impl KeyMap {
     }
 
     /// The slot of `key`, for a decision and a change in one lookup. A removal through it
-    /// leaves a hashed table at its size (the reaper's removals go through here; the next
-    /// [`KeyMap::remove`] from that table, or its growth, sizes it again).
+    /// leaves the hashed layout's room as it is, as [`KeyMap::remove`] does; [`KeyMap::trim`]
+    /// gives it back (the reaper calls it after each chunk of expiries, the write path after a
+    /// batch that removed keys).
     pub fn entry(&mut self, key: Key) -> Slot<'_> {
         if let Layout::Hashed(h) = &self.layout {
             if h.slab.live >= MAX_SLOTS {
@@ -693,6 +772,7 @@ impl KeyMap {
         match &mut self.layout {
             Layout::Hashed(h) => {
                 h.split_if_due();
+                h.touch(&key);
                 let (t, stored) = h.place(&key);
                 let slots = &h.slab.slots;
                 let found = h.index[t].find_entry(spread(stored), |&v| {
@@ -749,6 +829,7 @@ impl KeyMap {
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&Key, &mut Entry)) {
         match &mut self.layout {
             Layout::Hashed(h) => {
+                h.touched_all |= h.touched.is_some();
                 let Slab { slots, held, .. } = &mut h.slab;
                 for (i, (k, e)) in slots.iter_mut().enumerate() {
                     if held[i / 64] >> (i % 64) & 1 == 1 {
@@ -808,7 +889,58 @@ impl KeyMap {
     }
 }
 
+/// A hashed layout an ordering replaced ([`KeyMap::finish_ordering`]), to be dropped with no
+/// lock held.
+pub struct Retired(#[allow(dead_code)] Hashed);
+
+/// What changed in a map being ordered ([`KeyMap::take_touched`]).
+pub enum Touched {
+    /// These keys (some more than once).
+    Keys(Vec<Key>),
+    /// Possibly every entry: order the map under its lock instead.
+    All,
+    /// The map was ordered meanwhile (by an insert past the slot limit).
+    Ordered,
+}
+
 impl Ordered {
+    /// The map of `all`, sorted here; of entries with equal keys one is kept (a copy taken
+    /// while the map changed may hold a key twice; the caller replays it).
+    #[must_use]
+    pub fn from_unsorted(mut all: Vec<(Key, Entry)>) -> Self {
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        all.dedup_by(|a, b| a.0 == b.0);
+        let n = all.len();
+        let mut shards: Vec<Shard> = Vec::with_capacity(n.div_ceil(SHARD_RECORDS).max(1));
+        let mut rest = all.into_iter().peekable();
+        while rest.peek().is_some() {
+            let tree: BTreeMap<Key, Entry> = rest.by_ref().take(SHARD_RECORDS).collect();
+            let start = if shards.is_empty() {
+                None
+            } else {
+                tree.keys().next().cloned()
+            };
+            shards.push((start, tree));
+        }
+        match KeyMap::from_shards(shards).layout {
+            Layout::Ordered(o) => o,
+            Layout::Hashed(_) => unreachable!("from_shards builds an ordered map"),
+        }
+    }
+
+    /// Sets `key`'s entry to `e`, or removes it if `None`.
+    pub fn set(&mut self, key: Key, e: Option<Entry>) {
+        let i = self.shard_of(&key);
+        match e {
+            Some(e) => {
+                self.shards[i].insert(key, e);
+            }
+            None => {
+                self.shards[i].remove(&key);
+            }
+        }
+    }
+
     /// The index of the shard whose range holds `key`.
     #[inline]
     fn shard_of(&self, key: &[u8]) -> usize {
@@ -1236,6 +1368,75 @@ mod tests {
         let walked: Vec<u64> = map.iter().map(|(_, e)| e.seq).collect();
         let want: Vec<u64> = (0..MAX_SLOTS as u64).chain([0]).collect();
         assert_eq!(walked, want);
+    }
+
+    /// The steps of an ordering off the lock (`KeyspaceCore::read_ordered`), with changes
+    /// between them: keys inserted, removed before and after their slot was copied, moved by
+    /// a trim into a hole the copy had passed, changed through `get_mut`. The copy brought up
+    /// to date with the noted keys equals the map. A walk that changes entries in place
+    /// makes the note "everything".
+    #[test]
+    fn an_ordering_off_the_lock_catches_every_change_made_during_it() {
+        let key = |i: usize| Key::from_slice(format!("k{:07}", (i * 7919) % 1_000_003).as_bytes());
+        let mut map = KeyMap::default();
+        let mut one = BTreeMap::new();
+        let n = SPLIT_AT + 5000;
+        for i in 0..n {
+            map.insert(key(i), Entry::at_seq(i as u64));
+            one.insert(key(i), Entry::at_seq(i as u64));
+        }
+        // Holes in the lower slots, so a trim during the copy moves entries into them.
+        for i in (0..n / 2).filter(|i| i % 3 != 0) {
+            assert_eq!(map.remove(&key(i)), one.remove(&key(i)));
+        }
+        assert!(map.begin_ordering());
+        let mut copy = Vec::new();
+        let mut at = map.copy_entries(0, n / 2, &mut copy).expect("more to copy");
+        // Changes while the copy is half done.
+        for i in n..n + 100 {
+            map.insert(key(i), Entry::at_seq(i as u64));
+            one.insert(key(i), Entry::at_seq(i as u64));
+        }
+        for i in [0, 3, n - 1, n - 2, n / 2 + 1] {
+            assert_eq!(map.remove(&key(i)), one.remove(&key(i)));
+        }
+        if let Some(e) = map.get_mut(&key(6)) {
+            e.seq = 42;
+        }
+        one.get_mut(&key(6)).expect("present").seq = 42;
+        map.trim();
+        map.trim();
+        while let Some(next) = map.copy_entries(at, 1000, &mut copy) {
+            at = next;
+        }
+        let mut ordered = Ordered::from_unsorted(copy);
+        let Touched::Keys(keys) = map.take_touched() else {
+            panic!("keys noted");
+        };
+        assert!(keys.len() > 100, "{} keys noted", keys.len());
+        for k in keys {
+            let e = map.get(&k).copied();
+            ordered.set(k, e);
+        }
+        assert!(map.finish_ordering(ordered).is_some());
+        assert!(map.ordered().is_some());
+        assert_eq!(
+            entries(&map),
+            one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
+        );
+
+        let mut map = KeyMap::default();
+        map.insert(key(1), Entry::at_seq(1));
+        assert!(map.begin_ordering());
+        map.for_each_mut(|_, e| e.armed = 5);
+        assert!(matches!(map.take_touched(), Touched::All));
+        let mut ordered = KeyMap::default();
+        ordered.make_ordered();
+        assert!(
+            !ordered.begin_ordering(),
+            "an ordered map has nothing to order"
+        );
+        assert!(matches!(ordered.take_touched(), Touched::Ordered));
     }
 
     /// Every table gets picks, in order, their counts growing from about 11 to about 22.
