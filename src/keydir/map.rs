@@ -471,11 +471,13 @@ impl Hashed {
                 t.shrink_to(t.len() * 2, |&v| spread(stored_of(v)));
             }
         }
-        let s = &mut self.slab;
         let mut moved = 0;
-        while moved < budget && s.slots.len() - s.live > (s.slots.len() / 4).max(1024) {
-            let last = s.slots.len() - 1;
-            if s.is_held(last) {
+        while moved < budget
+            && self.slab.slots.len() - self.slab.live > (self.slab.slots.len() / 4).max(1024)
+        {
+            let last = self.slab.slots.len() - 1;
+            if self.slab.is_held(last) {
+                let s = &mut self.slab;
                 let hole = loop {
                     match s.free.pop() {
                         Some(h) if (h as usize) < last && !s.is_held(h as usize) => break h,
@@ -484,30 +486,21 @@ impl Hashed {
                         None => return,
                     }
                 };
-                let (key, _) = &s.slots[last];
-                if let Some(touched) = &mut self.touched {
-                    // The copy of an ordering in progress may have passed the hole already.
-                    touched.push(key.clone());
-                }
-                let (t, stored) = {
-                    let stored = stored_of(self.keyed.hash_one(key) >> 32);
-                    let t = if self.index.len() == 1 {
-                        0
-                    } else {
-                        usize::from(self.picks[(stored as usize >> 8) % PICKS])
-                    };
-                    (t, stored)
-                };
+                let key = self.slab.slots[last].0.clone();
+                let (t, stored) = self.place(&key);
                 if let Some(v) = self.index[t].find_mut(spread(stored), |&v| slot_of(v) == last) {
                     *v = pack(hole, stored);
                 }
-                s.slots.swap(last, hole as usize);
-                s.set_held(hole as usize, true);
+                // The copy of an ordering in progress may have passed the hole already.
+                self.touch(&key);
+                self.slab.slots.swap(last, hole as usize);
+                self.slab.set_held(hole as usize, true);
             }
-            s.slots.pop();
-            s.set_held(last, false);
+            self.slab.slots.pop();
+            self.slab.set_held(last, false);
             moved += 1;
         }
+        let s = &mut self.slab;
         let len = s.slots.len();
         if s.held.len() > len.div_ceil(64) + PAGE {
             s.held.truncate(len.div_ceil(64));
