@@ -396,10 +396,12 @@ impl KeyspaceCore {
         }
         drop(st);
         let _one = self.ordering.lock();
-        if !self.state.write().map.begin_ordering() {
+        let mut st = self.state.write();
+        if !st.map.begin_ordering() {
             // Ordered by the walk that held `ordering` before this one.
-            return OrderedRead(self.state.read());
+            return OrderedRead(RwLockWriteGuard::downgrade(st));
         }
+        drop(st);
         let mut chunks = Vec::new();
         let mut at = 0;
         loop {
@@ -415,7 +417,13 @@ impl KeyspaceCore {
                 None => break,
             }
         }
-        let mut ordered = Ordered::from_unsorted(chunks.concat());
+        // Moved chunk by chunk, each freed once moved (a `concat` copied them all while they
+        // were still held).
+        let mut all = Vec::with_capacity(chunks.iter().map(Vec::len).sum());
+        for chunk in chunks {
+            all.extend(chunk);
+        }
+        let mut ordered = Ordered::from_unsorted(all);
         let mut round = 0;
         loop {
             let mut st = self.state.write();
@@ -433,10 +441,17 @@ impl KeyspaceCore {
                     ordered.set(key, e);
                 }
                 let old = st.map.finish_ordering(ordered);
-                // The hashed layout is freed with no lock held; the map stays ordered.
+                // The hashed layout is freed with no lock held.
                 drop(st);
                 drop(old);
-                return OrderedRead(self.state.read());
+                let st = self.state.read();
+                if st.map.ordered().is_some() {
+                    return OrderedRead(st);
+                }
+                // Hashed again meanwhile: a deleted keyspace's map is emptied into a new
+                // (hashed) one, and a test hook hashes maps. Order it again.
+                drop(st);
+                return self.read_ordered_again();
             }
             drop(st);
             // A key changed after its replay here is noted again for the next round.
@@ -448,6 +463,16 @@ impl KeyspaceCore {
             }
             round += 1;
         }
+    }
+}
+
+impl KeyspaceCore {
+    /// [`KeyspaceCore::read_ordered`] once more, after its map was made hashed again between
+    /// its last write lock and its read lock (the `ordering` mutex is held by the caller).
+    fn read_ordered_again(&self) -> OrderedRead<'_> {
+        let mut st = self.state.write();
+        st.map.make_ordered();
+        OrderedRead(RwLockWriteGuard::downgrade(st))
     }
 }
 

@@ -397,6 +397,8 @@ struct Hashed {
     touched: Option<Vec<Key>>,
     /// A walk changed entries in place while the map was being ordered (any may differ).
     touched_all: bool,
+    /// The most entries seen by [`Hashed::trim`] since it last looked at the index tables.
+    peak: usize,
 }
 
 impl Hashed {
@@ -408,6 +410,7 @@ impl Hashed {
             picks: picks(),
             touched: None,
             touched_all: false,
+            peak: 0,
         }
     }
 
@@ -466,10 +469,18 @@ impl Hashed {
     /// into holes (their index elements renumbered) and the end is cut; a wave of expiries
     /// gives its memory back over the following passes, a bounded step each.
     fn trim(&mut self, budget: usize) {
-        for t in &mut self.index {
-            if t.capacity() > 1024 && t.len() * 4 < t.capacity() {
-                t.shrink_to(t.len() * 2, |&v| spread(stored_of(v)));
+        // The index tables are looked at only once a quarter of the keys has left since the
+        // last look: looking at all 512 on every call made a deleting write batch 60-100 %
+        // slower (a review's probe: 0.47-0.55 µs per delete without, 0.82-1.12 µs with).
+        let live = self.slab.live;
+        self.peak = self.peak.max(live);
+        if live * 4 < self.peak * 3 {
+            for t in &mut self.index {
+                if t.capacity() > 1024 && t.len() * 4 < t.capacity() {
+                    t.shrink_to(t.len() * 2, |&v| spread(stored_of(v)));
+                }
             }
+            self.peak = live;
         }
         let mut moved = 0;
         while moved < budget
