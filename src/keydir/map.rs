@@ -660,9 +660,10 @@ impl KeyMap {
         }
     }
 
-    /// Orders a hashed map (nothing if it already is): its entries sorted by key and cut into
-    /// shards of [`SHARD_RECORDS`]. About 0.1 s per million keys, under the keyspace's write
-    /// lock, once per open (DESIGN.md §3.1).
+    /// Orders a hashed map at once (nothing if it already is): its entries sorted by key and
+    /// cut into shards of [`SHARD_RECORDS`], about 0.1 s per million keys under whatever lock
+    /// the caller holds. Walks order off the lock instead ([`KeyMap::begin_ordering`]); this
+    /// serves their fallbacks, a map reaching `MAX_SLOTS`, and tests (DESIGN.md §3.1).
     pub fn make_ordered(&mut self) {
         let Layout::Hashed(h) = &mut self.layout else {
             return;
