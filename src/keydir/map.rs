@@ -230,6 +230,12 @@ pub struct Slab {
     live: usize,
 }
 
+/// Bit `i` of `words` (false past their end).
+#[inline]
+fn bit(words: &[u64], i: usize) -> bool {
+    words.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1)
+}
+
 /// Slots per page of a [`Pages`] (256 KiB).
 const PAGE: usize = 4096;
 
@@ -335,9 +341,7 @@ const HOLE: Entry = Entry {
 impl Slab {
     #[inline]
     fn is_held(&self, i: usize) -> bool {
-        self.held
-            .get(i / 64)
-            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+        bit(&self.held, i)
     }
 
     fn set_held(&mut self, i: usize, on: bool) {
@@ -623,31 +627,8 @@ impl KeyMap {
     /// lies outside its shard's range.
     #[must_use]
     pub fn from_shards(shards: Vec<Shard>) -> Self {
-        let mut map = Ordered {
-            shards: Vec::with_capacity(shards.len().max(1)),
-            starts: Vec::with_capacity(shards.len().saturating_sub(1)),
-        };
-        for (i, (start, tree)) in shards.into_iter().enumerate() {
-            if i > 0 {
-                debug_assert!(
-                    start.is_some(),
-                    "a shard after the first needs its first key"
-                );
-                map.starts.push(start.unwrap_or_default());
-            }
-            map.shards.push(tree);
-        }
-        if map.shards.is_empty() {
-            map.shards.push(BTreeMap::new());
-        }
-        debug_assert!(map.starts.windows(2).all(|w| w[0] < w[1]));
-        debug_assert!(map
-            .shards
-            .iter()
-            .enumerate()
-            .all(|(i, t)| { t.keys().all(|k| map.shard_of(k) == i) }));
         Self {
-            layout: Layout::Ordered(map),
+            layout: Layout::Ordered(Ordered::from_shards(shards)),
         }
     }
 
@@ -671,7 +652,7 @@ impl KeyMap {
         let slab = std::mem::take(&mut h.slab);
         let mut all: Vec<(Key, Entry)> = Vec::with_capacity(slab.live);
         for (i, pair) in slab.slots.into_iter().enumerate() {
-            if slab.held[i / 64] >> (i % 64) & 1 == 1 {
+            if bit(&slab.held, i) {
                 all.push(pair);
             }
         }
@@ -919,7 +900,7 @@ impl KeyMap {
                 h.touched_all |= h.touched.is_some();
                 let Slab { slots, held, .. } = &mut h.slab;
                 for (i, (k, e)) in slots.iter_mut().enumerate() {
-                    if held[i / 64] >> (i % 64) & 1 == 1 {
+                    if bit(held, i) {
                         f(k, e);
                     }
                 }
@@ -1009,10 +990,35 @@ impl Ordered {
             };
             shards.push((start, tree));
         }
-        match KeyMap::from_shards(shards).layout {
-            Layout::Ordered(o) => o,
-            Layout::Hashed(_) => unreachable!("from_shards builds an ordered map"),
+        Self::from_shards(shards)
+    }
+
+    /// The ordered map made of `shards`, given in key order (see [`KeyMap::from_shards`]).
+    fn from_shards(shards: Vec<Shard>) -> Self {
+        let mut map = Self {
+            shards: Vec::with_capacity(shards.len().max(1)),
+            starts: Vec::with_capacity(shards.len().saturating_sub(1)),
+        };
+        for (i, (start, tree)) in shards.into_iter().enumerate() {
+            if i > 0 {
+                debug_assert!(
+                    start.is_some(),
+                    "a shard after the first needs its first key"
+                );
+                map.starts.push(start.unwrap_or_default());
+            }
+            map.shards.push(tree);
         }
+        if map.shards.is_empty() {
+            map.shards.push(BTreeMap::new());
+        }
+        debug_assert!(map.starts.windows(2).all(|w| w[0] < w[1]));
+        debug_assert!(map
+            .shards
+            .iter()
+            .enumerate()
+            .all(|(i, t)| { t.keys().all(|k| map.shard_of(k) == i) }));
+        map
     }
 
     /// Sets `key`'s entry to `e`, or removes it if `None`.
