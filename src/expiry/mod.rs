@@ -240,11 +240,20 @@ impl Inner {
                 stale += timers.len();
                 continue;
             };
-            // Key order within each second: consecutive descents share the upper nodes of the
-            // map, which stay in cache (deadline order between seconds is kept for events).
-            timers.sort_unstable_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
-            let mut timers = timers.into_iter().peekable();
-            while timers.peek().is_some() {
+            // Within each second, the order in which the map is cheapest to look up: an
+            // ordered map's key order (consecutive descents share the upper nodes of the tree,
+            // which stay in cache), a hashed map's index order (each table walked from one end
+            // to the other). Deadline order between seconds is kept for events.
+            match core.state.read().map.locality() {
+                Some(loc) => timers.sort_by_cached_key(|(at, t)| (*at, loc.of(&t.key))),
+                None => timers.sort_unstable_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key))),
+            }
+            let mut timers = timers.into_iter();
+            loop {
+                let chunk: Vec<(u64, Timer)> = timers.by_ref().take(REAP_CHUNK).collect();
+                if chunk.is_empty() {
+                    break;
+                }
                 let mut st = core.state.write();
                 let KeyspaceState {
                     map,
@@ -253,7 +262,9 @@ impl Inner {
                     departures,
                     ..
                 } = &mut *st;
-                for (fired_at, timer) in timers.by_ref().take(REAP_CHUNK) {
+                // The chunk's entries asked for together, then found in cache one by one.
+                map.prefetch(chunk.iter().map(|(_, t)| &t.key));
+                for (fired_at, timer) in chunk {
                     // One descent of the map per timer: decide and remove on the same entry.
                     let Slot::Occupied(mut slot) = map.entry(timer.key.clone()) else {
                         stale += 1;

@@ -621,6 +621,44 @@ impl Hasher for Fold {
     }
 }
 
+/// Where keys' index elements sit in a hashed map, as of when it was taken
+/// ([`KeyMap::locality`]): sorting a batch of keys by [`Locality::of`] before looking them up
+/// walks each index table from one end to the other instead of jumping around it, so most
+/// lookups find their table's cache line already loaded or on its way (DESIGN.md §3.1). Only
+/// an order: a table that grew since gives a coarser order, never a wrong answer.
+#[derive(Debug, Clone)]
+pub struct Locality {
+    keyed: Keyed,
+    picks: &'static [u16; PICKS],
+    /// Each index table's bucket mask when taken.
+    masks: Vec<u64>,
+}
+
+impl Locality {
+    /// `key`'s index table in the high bits and its home bucket in that table below them.
+    #[inline]
+    #[must_use]
+    pub fn of(&self, key: &Key) -> u64 {
+        let stored = stored_of(self.keyed.hash_one(key) >> 32);
+        let t = if self.masks.len() == 1 {
+            0
+        } else {
+            usize::from(self.picks[(stored as usize >> 8) % PICKS])
+        };
+        ((t as u64) << 40) | (spread(stored) & self.masks[t])
+    }
+}
+
+/// The bucket mask of a `hashbrown` table of `capacity` (it holds 7/8 of a power-of-two
+/// bucket count once past eight buckets).
+fn bucket_mask(capacity: usize) -> u64 {
+    if capacity < 8 {
+        7
+    } else {
+        ((capacity / 7 * 8).next_power_of_two() - 1) as u64
+    }
+}
+
 impl KeyMap {
     /// The ordered map made of `shards`, given in key order. Panics (in debug builds) if a
     /// shard after the first has no first key, the first keys do not increase, or an entry
@@ -754,6 +792,40 @@ impl KeyMap {
     #[must_use]
     pub fn shards(&self) -> usize {
         self.ordered().map_or(1, |o| o.shards.len())
+    }
+
+    /// The order in which a batch of lookups is cheapest, if the map is hashed (an ordered
+    /// map is cheapest in key order).
+    #[must_use]
+    pub fn locality(&self) -> Option<Locality> {
+        match &self.layout {
+            Layout::Hashed(h) => Some(Locality {
+                keyed: h.keyed.clone(),
+                picks: h.picks,
+                masks: h.index.iter().map(|t| bucket_mask(t.capacity())).collect(),
+            }),
+            Layout::Ordered(_) => None,
+        }
+    }
+
+    /// Asks for the slab slots of `keys` ahead of a batch of lookups under one lock (the
+    /// reaper's removals, a merge's moves): each key's index element is found by its stored
+    /// hash bits alone and its slot's cache line requested without waiting, so the batch then
+    /// finds its entries in cache instead of paying one memory latency per key (DESIGN.md
+    /// §3.1). Changes nothing; nothing for an ordered map.
+    pub fn prefetch<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) {
+        let Layout::Hashed(h) = &self.layout else {
+            return;
+        };
+        for key in keys {
+            let (t, stored) = h.place(key);
+            if let Some(&v) = h.index[t].find(spread(stored), |&v| stored_of(v) == stored) {
+                // The key (for the comparison) and the entry: a slot may straddle two lines.
+                let (k, e) = &h.slab.slots[slot_of(v)];
+                crate::log::mmap::prefetch_ref(k);
+                crate::log::mmap::prefetch_ref(e);
+            }
+        }
     }
 
     /// The entry for `key`.
@@ -1541,6 +1613,40 @@ mod tests {
     }
 
     /// Every table gets picks, in order, their counts growing from about 11 to about 22.
+    #[test]
+    fn locality_names_each_key_s_table_and_a_bucket_within_its_room() {
+        let mut map = KeyMap::default();
+        let keys: Vec<Key> = (0..100_000u32)
+            .map(|i| Key::from_slice(&i.to_le_bytes()))
+            .collect();
+        for (i, key) in keys.iter().enumerate() {
+            map.insert(key.clone(), Entry::at_seq(i as u64));
+        }
+        let loc = map.locality().expect("a map that started empty is hashed");
+        let Layout::Hashed(h) = &map.layout else {
+            unreachable!("checked above")
+        };
+        assert_eq!(loc.masks.len(), TABLES, "split into its tables");
+        for key in &keys {
+            let (table, _) = h.place(key);
+            let of = loc.of(key);
+            assert_eq!(of >> 40, table as u64, "the table comes first");
+            let bucket = of & ((1 << 40) - 1);
+            assert!(bucket <= loc.masks[table]);
+            assert!(loc.masks[table] + 1 >= h.index[table].capacity() as u64);
+        }
+        // Sorted by it, the keys visit each table once, in turn.
+        let mut sorted = keys.clone();
+        sorted.sort_by_cached_key(|k| loc.of(k));
+        let tables: Vec<usize> = sorted.iter().map(|k| h.place(k).0).collect();
+        assert!(tables.windows(2).all(|w| w[0] <= w[1]));
+        map.make_ordered();
+        assert!(
+            map.locality().is_none(),
+            "an ordered map is walked in key order"
+        );
+    }
+
     #[test]
     fn table_shares_grow_across_a_factor_of_two() {
         let p = picks();
