@@ -245,9 +245,21 @@ const PAGE: usize = 4096;
 /// whole pages back as it shrinks.
 #[derive(Debug, Default)]
 struct Pages {
-    pages: Vec<Box<[(Key, Entry)]>>,
+    pages: Vec<Box<[Line]>>,
     len: usize,
 }
+
+/// A slot on a cache line of its own: a lookup that reaches its slot then reads its key and its
+/// entry with one memory access instead of two for most slots (64 bytes from an allocation
+/// aligned to 16 straddle two lines three times in four).
+#[derive(Debug)]
+#[repr(align(64))]
+struct Line((Key, Entry));
+
+const _: () = assert!(
+    std::mem::size_of::<(Key, Entry)>() == 64,
+    "a slot fills its cache line exactly"
+);
 
 impl Pages {
     #[inline]
@@ -258,10 +270,10 @@ impl Pages {
     fn push(&mut self, v: (Key, Entry)) {
         if self.len == self.pages.len() * PAGE {
             self.pages
-                .push((0..PAGE).map(|_| (Key::default(), HOLE)).collect());
+                .push((0..PAGE).map(|_| Line((Key::default(), HOLE))).collect());
         }
         let i = self.len;
-        self.pages[i / PAGE][i % PAGE] = v;
+        self.pages[i / PAGE][i % PAGE].0 = v;
         self.len += 1;
     }
 
@@ -284,19 +296,25 @@ impl Pages {
     }
 
     fn iter(&self) -> impl Iterator<Item = &(Key, Entry)> {
-        self.pages.iter().flat_map(|p| p.iter()).take(self.len)
+        self.pages
+            .iter()
+            .flat_map(|p| p.iter().map(|l| &l.0))
+            .take(self.len)
     }
 
     fn iter_mut(&mut self) -> impl Iterator<Item = &mut (Key, Entry)> {
         let len = self.len;
-        self.pages.iter_mut().flat_map(|p| p.iter_mut()).take(len)
+        self.pages
+            .iter_mut()
+            .flat_map(|p| p.iter_mut().map(|l| &mut l.0))
+            .take(len)
     }
 
     fn into_iter(self) -> impl Iterator<Item = (Key, Entry)> {
         let len = self.len;
         self.pages
             .into_iter()
-            .flat_map(|p| p.into_vec().into_iter())
+            .flat_map(|p| p.into_vec().into_iter().map(|l| l.0))
             .take(len)
     }
 }
@@ -306,14 +324,14 @@ impl std::ops::Index<usize> for Pages {
 
     #[inline]
     fn index(&self, i: usize) -> &(Key, Entry) {
-        &self.pages[i / PAGE][i % PAGE]
+        &self.pages[i / PAGE][i % PAGE].0
     }
 }
 
 impl std::ops::IndexMut<usize> for Pages {
     #[inline]
     fn index_mut(&mut self, i: usize) -> &mut (Key, Entry) {
-        &mut self.pages[i / PAGE][i % PAGE]
+        &mut self.pages[i / PAGE][i % PAGE].0
     }
 }
 
@@ -820,10 +838,8 @@ impl KeyMap {
         for key in keys {
             let (t, stored) = h.place(key);
             if let Some(&v) = h.index[t].find(spread(stored), |&v| stored_of(v) == stored) {
-                // The key (for the comparison) and the entry: a slot may straddle two lines.
-                let (k, e) = &h.slab.slots[slot_of(v)];
-                crate::log::mmap::prefetch_ref(k);
-                crate::log::mmap::prefetch_ref(e);
+                // The key (for the comparison) and the entry: one cache line (`Line`).
+                crate::log::mmap::prefetch_ref(&h.slab.slots[slot_of(v)]);
             }
         }
     }
