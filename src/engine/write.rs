@@ -341,6 +341,17 @@ impl Inner {
             // (taken in id order; readers take one at a time), so a reader sees all of a
             // batch or none of it.
             let mut guards = lock_keyspaces(ops);
+            // The batch's entries, and the free slots its new keys will take, asked for
+            // together before they are read one by one (DESIGN.md §3.1).
+            if ops.len() > 1 {
+                for (id, st) in &guards {
+                    st.map.prefetch(
+                        ops.iter()
+                            .filter(|op| op.ks.id == *id)
+                            .map(|op| &op.key[..]),
+                    );
+                }
+            }
             let mut superseded_expired: Vec<SupersededExpired> = Vec::new();
             // A key left a key directory: its room is given back (`KeyMap::trim`).
             let mut removed = false;

@@ -22,6 +22,11 @@ use crate::error::{Error, Result};
 use crate::options::SyncPolicy;
 
 /// Messages to the worker.
+/// Nice steps the upkeep and reaper threads run below the thread that opened the store (the
+/// sync thread, which writers may wait for, keeps its priority): with three busy threads on
+/// two cores, the scheduler then runs a writer ahead of them (DESIGN.md §11).
+const BACKGROUND_NICE: i32 = 5;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Message {
     /// Look at the clock now.
@@ -162,6 +167,7 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
     let thread = std::thread::Builder::new()
         .name("ebbdb-upkeep".into())
         .spawn(move || {
+            crate::log::mmap::lower_thread_priority(BACKGROUND_NICE);
             let tick = inner.opts.tick_interval;
             let background = inner.opts.clock.drives_background();
             let mut last_sync = Instant::now();
@@ -333,6 +339,7 @@ fn spawn_reaper(inner: Arc<Inner>, stopped: Receiver<()>) -> Result<JoinHandle<(
     let thread = std::thread::Builder::new()
         .name("ebbdb-reaper".into())
         .spawn(move || {
+            crate::log::mmap::lower_thread_priority(BACKGROUND_NICE);
             let tick = inner.opts.tick_interval;
             loop {
                 let outcome = catch_unwind(AssertUnwindSafe(|| {

@@ -319,6 +319,14 @@ impl Pages {
     }
 }
 
+impl Pages {
+    /// Slot `i`, if below the length.
+    #[inline]
+    fn get(&self, i: usize) -> Option<&(Key, Entry)> {
+        (i < self.len).then(|| &self[i])
+    }
+}
+
 impl std::ops::Index<usize> for Pages {
     type Output = (Key, Entry);
 
@@ -827,19 +835,33 @@ impl KeyMap {
     }
 
     /// Asks for the slab slots of `keys` ahead of a batch of lookups under one lock (the
-    /// reaper's removals, a merge's moves): each key's index element is found by its stored
-    /// hash bits alone and its slot's cache line requested without waiting, so the batch then
-    /// finds its entries in cache instead of paying one memory latency per key (DESIGN.md
-    /// §3.1). Changes nothing; nothing for an ordered map.
-    pub fn prefetch<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) {
+    /// reaper's removals, a merge's moves, a write batch): each key's index element is found
+    /// by its stored hash bits alone and its slot's cache line requested without waiting, and
+    /// for each key not found, the free slot the next insert will take; the batch then finds
+    /// its slots in cache instead of paying one memory latency per key (DESIGN.md §3.1).
+    /// Changes nothing; nothing for an ordered map.
+    pub fn prefetch<'k, K>(&self, keys: impl IntoIterator<Item = &'k K>)
+    where
+        K: std::hash::Hash + ?Sized + 'k,
+    {
         let Layout::Hashed(h) = &self.layout else {
             return;
         };
+        let mut absent = 0;
         for key in keys {
-            let (t, stored) = h.place(key);
-            if let Some(&v) = h.index[t].find(spread(stored), |&v| stored_of(v) == stored) {
+            let stored = stored_of(h.keyed.hash_one(key) >> 32);
+            let t = h.table_of(stored);
+            match h.index[t].find(spread(stored), |&v| stored_of(v) == stored) {
                 // The key (for the comparison) and the entry: one cache line (`Line`).
-                crate::log::mmap::prefetch_ref(&h.slab.slots[slot_of(v)]);
+                Some(&v) => crate::log::mmap::prefetch_ref(&h.slab.slots[slot_of(v)]),
+                None => absent += 1,
+            }
+        }
+        // Inserts take free slots from the end of the list (slots past the end are new,
+        // and consecutive).
+        for &i in h.slab.free.iter().rev().take(absent) {
+            if let Some(line) = h.slab.slots.get(i as usize) {
+                crate::log::mmap::prefetch_ref(line);
             }
         }
     }

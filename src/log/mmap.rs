@@ -1,5 +1,6 @@
-//! The crate's only `unsafe`: mapping sealed segment files read-only, and prefetch hints
-//! over mapped records ([`prefetch`]) and key-directory entries ([`prefetch_ref`]).
+//! The crate's only `unsafe`: mapping sealed segment files read-only, prefetch hints over
+//! mapped records ([`prefetch`]) and key-directory entries ([`prefetch_ref`]), and lowering a
+//! background thread's CPU priority ([`lower_thread_priority`]).
 //!
 //! Soundness argument (also in DESIGN.md, "mmap"): a mapping is undefined behaviour in Rust only
 //! if the bytes change while a `&[u8]` over them is alive. We map a file only once it is
@@ -123,6 +124,22 @@ pub fn prefetch_ref<T>(value: &T) {
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
     let _ = value;
+}
+
+/// Lowers the calling thread's CPU priority by `steps` nice steps, best effort (a failure
+/// leaves it as it was). On Linux a thread has a nice value of its own, and `nice` changes the
+/// caller's only. Elsewhere it does nothing. The upkeep and reaper threads call it, so that a
+/// writer competing with them for a core is scheduled first (DESIGN.md §11, "Background
+/// priority").
+pub fn lower_thread_priority(steps: i32) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `nice` takes an integer, touches no memory of the program's, and only
+        // changes the scheduling weight of the calling thread.
+        let _ = unsafe { libc::nice(steps) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = steps;
 }
 
 /// How much of a record [`prefetch`] asks for.
