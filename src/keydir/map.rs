@@ -54,8 +54,18 @@ impl Default for KeyMap {
 /// A shard of a map being built: its first key (`None` for the first shard) and its entries.
 pub type Shard = (Option<Key>, BTreeMap<Key, Entry>);
 
-/// Entries moved per [`KeyMap::trim`] when the slab gives room back.
-const TRIM_BUDGET: usize = 4096;
+/// Entries moved per [`KeyMap::trim`] when the slab gives room back: about a millisecond under
+/// the keyspace's write lock (4,096 held it 4 ms in the keeps-up run, DESIGN.md §3.1).
+const TRIM_BUDGET: usize = 1024;
+
+/// Index tables [`KeyMap::trim`] looks at per call once a quarter of the entries has left:
+/// shrinking one rehashes it (about 0.15 ms for a table of 40 K elements), and looking at all
+/// 512 in one call held a writer for up to 23 ms (DESIGN.md §3.1).
+const SHRINK_TABLES_PER_TRIM: usize = 8;
+
+/// Index tables at or below this room are left as they are (lower in unit tests, whose maps
+/// stay small).
+const SHRINK_MIN_CAPACITY: usize = if cfg!(test) { 64 } else { 1024 };
 
 /// Records per shard when a hashed map is ordered (as open's build, DESIGN.md §3.1).
 const SHARD_RECORDS: usize = 1 << 14;
@@ -429,6 +439,9 @@ struct Hashed {
     touched_all: bool,
     /// The most entries seen by [`Hashed::trim`] since it last looked at the index tables.
     peak: usize,
+    /// The next index table [`Hashed::trim`] looks at, while it goes through them (a bounded
+    /// number per call).
+    shrink_at: Option<usize>,
 }
 
 impl Hashed {
@@ -441,6 +454,7 @@ impl Hashed {
             touched: None,
             touched_all: false,
             peak: 0,
+            shrink_at: None,
         }
     }
 
@@ -504,13 +518,18 @@ impl Hashed {
         // slower (a review's probe: 0.47-0.55 µs per delete without, 0.82-1.12 µs with).
         let live = self.slab.live;
         self.peak = self.peak.max(live);
-        if live * 4 < self.peak * 3 {
-            for t in &mut self.index {
-                if t.capacity() > 1024 && t.len() * 4 < t.capacity() {
+        if self.shrink_at.is_none() && live * 4 < self.peak * 3 {
+            self.shrink_at = Some(0);
+            self.peak = live;
+        }
+        if let Some(from) = self.shrink_at {
+            let to = (from + SHRINK_TABLES_PER_TRIM).min(self.index.len());
+            for t in &mut self.index[from..to] {
+                if t.capacity() > SHRINK_MIN_CAPACITY && t.len() * 4 < t.capacity() {
                     t.shrink_to(t.len() * 2, |&v| spread(stored_of(v)));
                 }
             }
-            self.peak = live;
+            self.shrink_at = (to < self.index.len()).then_some(to);
         }
         let mut moved = 0;
         while moved < budget
@@ -1520,6 +1539,53 @@ mod tests {
             entries(&map),
             one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
         );
+    }
+
+    /// After a wave of removals the index tables give their room back a few per trim (each
+    /// shrink rehashes a table under the keyspace's lock), and all of them in the end.
+    #[test]
+    fn index_tables_shrink_a_few_per_trim() {
+        let mut map = KeyMap::default();
+        let n = 3 * SPLIT_AT;
+        let key = |i: usize| Key::from_slice(&(i as u64).to_le_bytes());
+        for i in 0..n {
+            map.insert(key(i), Entry::at_seq(i as u64));
+        }
+        map.trim();
+        for i in (0..n).filter(|i| i % 8 != 0) {
+            map.remove(&key(i));
+        }
+        let capacities = |m: &KeyMap| match &m.layout {
+            Layout::Hashed(h) => h.index.iter().map(HashTable::capacity).collect::<Vec<_>>(),
+            Layout::Ordered(_) => unreachable!("stays hashed"),
+        };
+        let oversized = |m: &KeyMap| match &m.layout {
+            Layout::Hashed(h) => h
+                .index
+                .iter()
+                .filter(|t| t.capacity() > SHRINK_MIN_CAPACITY && t.len() * 4 < t.capacity())
+                .count(),
+            Layout::Ordered(_) => unreachable!("stays hashed"),
+        };
+        let before = capacities(&map);
+        assert!(
+            oversized(&map) > SHRINK_TABLES_PER_TRIM,
+            "the wave left room to give back"
+        );
+        map.trim();
+        let after = capacities(&map);
+        let shrunk = before.iter().zip(&after).filter(|(b, a)| a < b).count();
+        assert!(
+            (1..=SHRINK_TABLES_PER_TRIM).contains(&shrunk),
+            "{shrunk} tables shrunk by one trim"
+        );
+        for _ in 0..TABLES / SHRINK_TABLES_PER_TRIM {
+            map.trim();
+        }
+        assert_eq!(oversized(&map), 0, "every table looked at");
+        for i in 0..n {
+            assert_eq!(map.get(&key(i)).is_some(), i % 8 == 0);
+        }
     }
 
     /// Under churn (the oldest key leaves, a new one comes, as with TTLs) the slab and the
