@@ -126,6 +126,11 @@ fn check_write_second(now: u64) -> Result<()> {
 type Guards<'a> = smallvec::SmallVec<[(u32, RwLockWriteGuard<'a, KeyspaceState>); 2]>;
 
 /// Write-locks the state of every keyspace `ops` touch, in id order.
+/// Ops of a write whose key-directory entries are asked for together ([`KeyMap::prefetch`]).
+///
+/// [`KeyMap::prefetch`]: crate::keydir::KeyMap::prefetch
+const PREFETCH_OPS: usize = 1024;
+
 fn lock_keyspaces(ops: &[Op]) -> Guards<'_> {
     let mut cores: smallvec::SmallVec<[&Arc<KeyspaceCore>; 2]> =
         ops.iter().map(|op| &op.ks).collect();
@@ -341,17 +346,6 @@ impl Inner {
             // (taken in id order; readers take one at a time), so a reader sees all of a
             // batch or none of it.
             let mut guards = lock_keyspaces(ops);
-            // The batch's entries, and the free slots its new keys will take, asked for
-            // together before they are read one by one (DESIGN.md §3.1).
-            if ops.len() > 1 {
-                for (id, st) in &guards {
-                    st.map.prefetch(
-                        ops.iter()
-                            .filter(|op| op.ks.id == *id)
-                            .map(|op| &op.key[..]),
-                    );
-                }
-            }
             let mut superseded_expired: Vec<SupersededExpired> = Vec::new();
             // A key left a key directory: its room is given back (`KeyMap::trim`).
             let mut removed = false;
@@ -370,7 +364,17 @@ impl Inner {
                 added.dead += header_len as u64;
                 seq += 1;
             }
-            for op in ops {
+            for (i, op) in ops.iter().enumerate() {
+                // The entries of the next ops, and the free slots their new keys will take,
+                // asked for together before they are read one by one (DESIGN.md §3.1); a
+                // chunk at a time, so that what is asked for is still in cache when used.
+                if ops.len() > 1 && i % PREFETCH_OPS == 0 {
+                    let part = &ops[i..ops.len().min(i + PREFETCH_OPS)];
+                    for (id, st) in &guards {
+                        let keys = part.iter().filter(|op| op.ks.id == *id);
+                        st.map.prefetch(keys.map(|op| &op.key[..]));
+                    }
+                }
                 let Some(st) = guards
                     .iter_mut()
                     .find(|(id, _)| *id == op.ks.id)
@@ -543,7 +547,8 @@ impl Inner {
             log.next_seq = seq;
             for (_, st) in &mut guards {
                 st.applied_seq = seq;
-                if removed {
+                // A trim also goes on while it walks the index tables (a few per call).
+                if removed || st.map.trimming() {
                     st.map.trim();
                 }
             }

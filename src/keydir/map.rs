@@ -694,16 +694,6 @@ impl Locality {
     }
 }
 
-/// The bucket mask of a `hashbrown` table of `capacity` (it holds 7/8 of a power-of-two
-/// bucket count once past eight buckets).
-fn bucket_mask(capacity: usize) -> u64 {
-    if capacity < 8 {
-        7
-    } else {
-        ((capacity / 7 * 8).next_power_of_two() - 1) as u64
-    }
-}
-
 impl KeyMap {
     /// The ordered map made of `shards`, given in key order. Panics (in debug builds) if a
     /// shard after the first has no first key, the first keys do not increase, or an entry
@@ -847,7 +837,11 @@ impl KeyMap {
             Layout::Hashed(h) => Some(Locality {
                 keyed: h.keyed.clone(),
                 picks: h.picks,
-                masks: h.index.iter().map(|t| bucket_mask(t.capacity())).collect(),
+                masks: h
+                    .index
+                    .iter()
+                    .map(|t| t.num_buckets().saturating_sub(1) as u64)
+                    .collect(),
             }),
             Layout::Ordered(_) => None,
         }
@@ -996,6 +990,13 @@ impl KeyMap {
                 }
             }
         }
+    }
+
+    /// True while [`KeyMap::trim`] goes through the index tables a few per call, so callers
+    /// that trim only after removals keep calling it until it is through.
+    #[must_use]
+    pub fn trimming(&self) -> bool {
+        matches!(&self.layout, Layout::Hashed(h) if h.shrink_at.is_some())
     }
 
     /// Gives back room in hashed tables left under a quarter full (after removals through
@@ -1579,10 +1580,12 @@ mod tests {
             (1..=SHRINK_TABLES_PER_TRIM).contains(&shrunk),
             "{shrunk} tables shrunk by one trim"
         );
+        assert!(map.trimming(), "the walk goes on at the next calls");
         for _ in 0..TABLES / SHRINK_TABLES_PER_TRIM {
             map.trim();
         }
         assert_eq!(oversized(&map), 0, "every table looked at");
+        assert!(!map.trimming(), "and is over");
         for i in 0..n {
             assert_eq!(map.get(&key(i)).is_some(), i % 8 == 0);
         }
@@ -1716,29 +1719,53 @@ mod tests {
         assert!(matches!(ordered.take_touched(), Touched::Ordered));
     }
 
-    /// Every table gets picks, in order, their counts growing from about 11 to about 22.
+    /// `Locality::of` names each key's index table and its home bucket in `hashbrown`'s
+    /// table, also after churn has left deleted elements behind (a mask taken from the room
+    /// left would then be too small).
     #[test]
-    fn locality_names_each_key_s_table_and_a_bucket_within_its_room() {
+    fn locality_names_each_key_s_table_and_home_bucket() {
         let mut map = KeyMap::default();
-        let keys: Vec<Key> = (0..100_000u32)
-            .map(|i| Key::from_slice(&i.to_le_bytes()))
-            .collect();
-        for (i, key) in keys.iter().enumerate() {
-            map.insert(key.clone(), Entry::at_seq(i as u64));
+        let key = |i: u32| Key::from_slice(&i.to_le_bytes());
+        for i in 0..100_000u32 {
+            map.insert(key(i), Entry::at_seq(u64::from(i)));
         }
+        // Churn: every other key out, as many new ones in.
+        for i in (0..100_000u32).step_by(2) {
+            map.remove(&key(i));
+            map.insert(key(200_000 + i), Entry::at_seq(1));
+        }
+        let keys: Vec<Key> = (1..100_000u32)
+            .step_by(2)
+            .chain((200_000..300_000).step_by(2))
+            .map(key)
+            .collect();
         let loc = map.locality().expect("a map that started empty is hashed");
         let Layout::Hashed(h) = &map.layout else {
             unreachable!("checked above")
         };
         assert_eq!(loc.masks.len(), TABLES, "split into its tables");
+        let mut near = 0;
         for key in &keys {
-            let (table, _) = h.place(key);
+            let (table, stored) = h.place(key);
             let of = loc.of(key);
             assert_eq!(of >> 40, table as u64, "the table comes first");
-            let bucket = of & ((1 << 40) - 1);
-            assert!(bucket <= loc.masks[table]);
-            assert!(loc.masks[table] + 1 >= h.index[table].capacity() as u64);
+            let t = &h.index[table];
+            assert_eq!(loc.masks[table] + 1, t.num_buckets() as u64);
+            let home = of & loc.masks[table];
+            let slot = h.find(key).expect("present");
+            let at = t
+                .find_bucket_index(spread(stored), |&v| slot_of(v) == slot)
+                .expect("its element") as u64;
+            // Where the element sits: its home bucket or a few groups of 16 after it.
+            let distance = at.wrapping_sub(home) & loc.masks[table];
+            assert!(distance < 256, "{distance} buckets past its home");
+            near += usize::from(distance < 16);
         }
+        assert!(
+            near * 10 > keys.len() * 9,
+            "{near} of {} in their home group",
+            keys.len()
+        );
         // Sorted by it, the keys visit each table once, in turn.
         let mut sorted = keys.clone();
         sorted.sort_by_cached_key(|k| loc.of(k));
@@ -1751,6 +1778,7 @@ mod tests {
         );
     }
 
+    /// Every table gets picks, in order, their counts growing from about 11 to about 22.
     #[test]
     fn table_shares_grow_across_a_factor_of_two() {
         let p = picks();
