@@ -861,10 +861,12 @@ pub(crate) fn run(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<
 
 /// Puts `moves` in the order they are cheapest to apply, keyspace by keyspace: an ordered
 /// map's in key order (consecutive descents share the upper levels of the tree, which stay in
-/// the caches), a hashed map's in its index order ([`KeyMap::locality`](crate::keydir::KeyMap::locality): each index table is walked
-/// from one end to the other instead of one cache miss per move), so each hold of the write
-/// lock is shorter. Moves are independent (each checks that the entry still names its
+/// the caches), a hashed map's in its index order ([`KeyMap::locality`]: each index table is
+/// walked from one end to the other instead of one cache miss per move), so each hold of the
+/// write lock is shorter. Moves are independent (each checks that the entry still names its
 /// source), so the order changes nothing else.
+///
+/// [`KeyMap::locality`]: crate::keydir::KeyMap::locality
 fn order_moves(moves: &mut [Move], keyspaces: &HashMap<u32, Option<Arc<KeyspaceCore>>>) {
     moves.sort_unstable_by_key(|m| m.ks);
     for chunk in moves.chunk_by_mut(|a, b| a.ks == b.ks) {

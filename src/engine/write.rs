@@ -125,12 +125,12 @@ fn check_write_second(now: u64) -> Result<()> {
 /// per write).
 type Guards<'a> = smallvec::SmallVec<[(u32, RwLockWriteGuard<'a, KeyspaceState>); 2]>;
 
-/// Write-locks the state of every keyspace `ops` touch, in id order.
 /// Ops of a write whose key-directory entries are asked for together ([`KeyMap::prefetch`]).
 ///
 /// [`KeyMap::prefetch`]: crate::keydir::KeyMap::prefetch
 const PREFETCH_OPS: usize = 1024;
 
+/// Write-locks the state of every keyspace `ops` touch, in id order.
 fn lock_keyspaces(ops: &[Op]) -> Guards<'_> {
     let mut cores: smallvec::SmallVec<[&Arc<KeyspaceCore>; 2]> =
         ops.iter().map(|op| &op.ks).collect();

@@ -88,25 +88,11 @@ impl ActiveMap {
 /// nothing on targets other than x86-64 with SSE.
 #[inline]
 pub fn prefetch(bytes: &[u8]) {
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let bytes = &bytes[..bytes.len().min(PREFETCH_MAX)];
-        // Every 64th byte, and the last: a record need not start on a cache line.
-        let lines = bytes
-            .iter()
-            .step_by(64)
-            .chain(bytes.last())
-            .map(std::ptr::from_ref);
-        for p in lines {
-            // SAFETY: `_mm_prefetch` needs SSE, which this build targets (the `cfg` above),
-            // and a prefetch neither reads into the program nor faults, whatever the
-            // address; `p` points into a live slice anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
-        }
+    let bytes = &bytes[..bytes.len().min(PREFETCH_MAX)];
+    // Every 64th byte, and the last: a record need not start on a cache line.
+    for b in bytes.iter().step_by(64).chain(bytes.last()) {
+        prefetch_ref(b);
     }
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
-    let _ = bytes;
 }
 
 /// Asks the processor to bring the cache line holding the start of `value` closer, without
@@ -118,8 +104,9 @@ pub fn prefetch_ref<T>(value: &T) {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: as in `prefetch`: SSE is targeted (the `cfg` above), a prefetch neither reads
-        // into the program nor faults, and `value` is a live reference anyway.
+        // SAFETY: `_mm_prefetch` needs SSE, which this build targets (the `cfg` above), and a
+        // prefetch neither reads into the program nor faults, whatever the address; `value`
+        // is a live reference anyway.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(value).cast()) };
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
