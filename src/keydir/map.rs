@@ -199,6 +199,23 @@ fn picks() -> &'static [u16; PICKS] {
     })
 }
 
+/// The hash bits 32..64 of `key` that an index element stores (a `Key` hashes as its bytes,
+/// so a byte slice gives the same bits).
+#[inline]
+fn stored_bits<K: std::hash::Hash + ?Sized>(keyed: &Keyed, key: &K) -> u32 {
+    stored_of(keyed.hash_one(key) >> 32)
+}
+
+/// The index table of a key with stored bits `stored`, in a map of `tables` tables (one, or
+/// [`TABLES`]): bits 40..53 of its hash pick it.
+#[inline]
+fn table_for(picks: &[u16; PICKS], tables: usize, stored: u32) -> usize {
+    if tables == 1 {
+        return 0;
+    }
+    usize::from(picks[(stored as usize >> 8) % PICKS])
+}
+
 /// An index element: a slab slot (high half) and the key's hash bits 32..64 (low half).
 #[inline]
 fn pack(slot: u32, stored: u32) -> u64 {
@@ -469,17 +486,13 @@ impl Hashed {
     /// `key`'s index table and stored hash bits.
     #[inline]
     fn place(&self, key: &Key) -> (usize, u32) {
-        let stored = stored_of(self.keyed.hash_one(key) >> 32);
+        let stored = stored_bits(&self.keyed, key);
         (self.table_of(stored), stored)
     }
 
     #[inline]
     fn table_of(&self, stored: u32) -> usize {
-        if self.index.len() == 1 {
-            return 0;
-        }
-        // Bits 40..53 of the hash.
-        usize::from(self.picks[(stored as usize >> 8) % PICKS])
+        table_for(self.picks, self.index.len(), stored)
     }
 
     /// `key`'s slot, if it has an entry.
@@ -684,12 +697,8 @@ impl Locality {
     #[inline]
     #[must_use]
     pub fn of(&self, key: &Key) -> u64 {
-        let stored = stored_of(self.keyed.hash_one(key) >> 32);
-        let t = if self.masks.len() == 1 {
-            0
-        } else {
-            usize::from(self.picks[(stored as usize >> 8) % PICKS])
-        };
+        let stored = stored_bits(&self.keyed, key);
+        let t = table_for(self.picks, self.masks.len(), stored);
         ((t as u64) << 40) | (spread(stored) & self.masks[t])
     }
 }
@@ -862,7 +871,7 @@ impl KeyMap {
         };
         let mut absent = 0;
         for key in keys {
-            let stored = stored_of(h.keyed.hash_one(key) >> 32);
+            let stored = stored_bits(&h.keyed, key);
             let t = h.table_of(stored);
             match h.index[t].find(spread(stored), |&v| stored_of(v) == stored) {
                 // The key (for the comparison) and the entry: one cache line (`Line`).
