@@ -180,6 +180,10 @@ pub struct Stats {
     /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once
     /// expiry lags the clock by more than two seconds, so it stays bounded at any write rate.
     pub expiry_backlog: u64,
+    /// Time writers spent paced since open: while merges fall behind (their reclaim debt is
+    /// over 8 % of the sealed bytes), each write waits in proportion to the bytes it wrote, so
+    /// that disk follows the live set at any write rate (DESIGN.md §7, "Pacing").
+    pub paced: std::time::Duration,
     /// Sealed segments without a hint file because they are about to die whole, or because at
     /// least half of their bytes expire within a minute of being written (a hint only speeds
     /// up opening; one is written if the segment outlives its expected death, or is still
@@ -325,6 +329,7 @@ pub(crate) fn collect(inner: &Inner) -> Stats {
     }
     st.hints_deferred = inner.hints_deferred.lock().len();
     st.expiry_backlog = inner.reap_backlog.load(Ordering::Relaxed);
+    st.paced = std::time::Duration::from_nanos(inner.paced_ns.load(Ordering::Relaxed));
     {
         let w = inner.worker_error.lock();
         st.worker_error.clone_from(&w.last);

@@ -1011,6 +1011,17 @@ fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<C
         coalesce_below: inner.opts.segment_size / 2,
     };
     let sel = policy::select(&candidates, &log.segstats, now, &rules, full);
+    // Writers are paced while a merge is chosen to pay the debt (`Inner::pace`), and only by
+    // the background worker's choice: a store whose clock drives no background work is only
+    // compacted when its caller asks, so nothing would ever pay the debt off for them.
+    if inner.opts.clock.drives_background() {
+        let debt = if sel.merge.is_empty() {
+            0
+        } else {
+            policy::debt_ppm(sel.debt, sel.kept)
+        };
+        inner.reclaim_debt_ppm.store(debt, Ordering::Relaxed);
+    }
     if sel.is_empty() {
         return Ok(None);
     }

@@ -28,6 +28,12 @@ pub struct Selection {
     pub drop: Vec<u32>,
     /// Read and rewrite.
     pub merge: Vec<u32>,
+    /// Reclaim debt: the reclaimable bytes of the segments a share rule may take (not those
+    /// dropped now, resting, or left to die whole), which only a merge gets back.
+    pub debt: u64,
+    /// Bytes of the sealed segments that stay on disk after the drops: the base the debt is
+    /// a share of ([`PRESSURE_DEBT_PPM`]).
+    pub kept: u64,
 }
 
 impl Selection {
@@ -136,12 +142,43 @@ pub fn dead_ratio_when(dead_ratio: f64, idle: bool) -> f64 {
     }
 }
 
-/// Of the bytes of the sealed segments a merge may take, the reclaimable share (numerator,
-/// denominator: 0.28) from which the policy merges segments whose own reclaimable share
-/// reaches the one it uses when idle ([`dead_ratio_when`]). A third of the bytes dead is disk
-/// at 1.5 times the live bytes; segments each just under the usual share would hold the
-/// store near twice its live bytes.
-pub const PRESSURE_DEAD_SHARE: (u64, u64) = (7, 25);
+/// The reclaim debt's share of the sealed bytes kept (parts per million: 8 %) from which the
+/// policy merges segments whose own reclaimable share reaches the one it uses when idle
+/// ([`dead_ratio_when`]), deadest first, and from which writers are paced while such a merge
+/// is chosen ([`pace_ns`]). Segments each just under the usual share would hold the store
+/// near twice its live bytes, and under mixed TTLs a segment the writer wrote crosses the
+/// usual share only after about half its life: merges started late and did not catch up
+/// (DESIGN.md §7, "Pressure").
+pub const PRESSURE_DEBT_PPM: u64 = 80_000;
+
+/// The debt share (parts per million: 15 %) at which writers are paced at full strength.
+pub const PACE_FULL_DEBT_PPM: u64 = 150_000;
+
+/// A write's delay per byte it appended, at full pacing: 2.7 µs for a 136-byte record, about
+/// three times what writing it costs on its own.
+pub const PACE_NS_PER_BYTE: u64 = 20;
+
+/// The delay owed by a write that appended `bytes` while the reclaim debt stood at
+/// `debt_ppm` (0 when no merge is chosen): none up to [`PRESSURE_DEBT_PPM`], rising in
+/// proportion to [`PACE_NS_PER_BYTE`] at [`PACE_FULL_DEBT_PPM`] and beyond.
+#[must_use]
+pub fn pace_ns(bytes: u64, debt_ppm: u64) -> u64 {
+    let over = debt_ppm
+        .saturating_sub(PRESSURE_DEBT_PPM)
+        .min(PACE_FULL_DEBT_PPM - PRESSURE_DEBT_PPM);
+    let ns = u128::from(bytes) * u128::from(PACE_NS_PER_BYTE) * u128::from(over)
+        / u128::from(PACE_FULL_DEBT_PPM - PRESSURE_DEBT_PPM);
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// The share `debt` is of `kept`, in parts per million (0 when nothing is kept).
+#[must_use]
+pub fn debt_ppm(debt: u64, kept: u64) -> u64 {
+    if kept == 0 {
+        return 0;
+    }
+    u64::try_from(u128::from(debt) * 1_000_000 / u128::from(kept)).unwrap_or(u64::MAX)
+}
 
 /// Dead bytes of `s` a merge could reclaim: all but the no-resurrection markers a merge wrote
 /// into it (`SegStats::markers`), which a merge keeps while the versions they hide may be on
@@ -231,6 +268,27 @@ pub fn dead_whole(s: &SegStats, now: u64, epoch: u64) -> bool {
         && s.ttl_epoch >= epoch
 }
 
+/// How `s` stands under `rules` at `now`, before any share is compared.
+fn standing(s: &SegStats, now: u64, rules: &Rules) -> Standing {
+    let reaped = s.dead >= s.total && s.shadowing == 0;
+    if reaped || rules.early_drop.is_some_and(|epoch| dead_whole(s, now, epoch)) {
+        Standing::Dropped
+    } else if s.sterile_in != 0
+        && s.sterile_in == rules.reclaim_gen.saturating_add(1)
+        && s.dead <= s.sterile_dead
+    {
+        // Merging it again would reclaim nothing (see `Rules::reclaim_gen`).
+        Standing::Left
+    } else if overdue(s, now, rules.max_lag_secs) {
+        Standing::Overdue
+    } else if dying_soon(s, now) {
+        // Left to die whole.
+        Standing::Left
+    } else {
+        Standing::Open
+    }
+}
+
 /// Chooses among `sealed` segments. `full` merges every one that is not dropped; otherwise the
 /// merge takes at most `max_merge_bytes` of input (at least one segment): the oldest
 /// candidate, then overdue segments (longest overdue first), then the deadest, and leaves the
@@ -247,48 +305,31 @@ pub fn select(
         dead_ratio,
         max_lag_secs,
         max_merge_bytes,
-        early_drop,
         idle_below,
-        reclaim_gen,
         coalesce_below,
+        ..
     } = *rules;
     let mut sel = Selection::default();
     // Small segments the rules below leave alone, that will not die by themselves.
     let mut small: Vec<u32> = Vec::new();
-    let standing = |s: &SegStats| {
-        let reaped = s.dead >= s.total && s.shadowing == 0;
-        if reaped || early_drop.is_some_and(|epoch| dead_whole(s, now, epoch)) {
-            Standing::Dropped
-        } else if s.sterile_in != 0
-            && s.sterile_in == reclaim_gen.saturating_add(1)
-            && s.dead <= s.sterile_dead
-        {
-            // Merging it again would reclaim nothing (see `Rules::reclaim_gen`).
-            Standing::Left
-        } else if overdue(s, now, max_lag_secs) {
-            Standing::Overdue
-        } else if dying_soon(s, now) {
-            // Left to die whole.
-            Standing::Left
-        } else {
-            Standing::Open
-        }
-    };
-    // The pressure share counts the segments a share rule may take: not those dropped now,
-    // resting, or left to die whole (their dead bytes go without a merge or not at all).
-    let (mut open_reclaimable, mut open_total) = (0u64, 0u64);
+    // The debt counts the segments a share rule may take: not those dropped now, resting, or
+    // left to die whole (their dead bytes go without a merge or not at all).
     for s in sealed.iter().filter_map(|id| stats.get(id)) {
-        if matches!(standing(s), Standing::Open | Standing::Overdue) {
-            open_reclaimable = open_reclaimable.saturating_add(reclaimable(s));
-            open_total = open_total.saturating_add(s.total);
+        match standing(s, now, rules) {
+            Standing::Dropped => {}
+            Standing::Left => sel.kept = sel.kept.saturating_add(s.total),
+            Standing::Overdue | Standing::Open => {
+                sel.kept = sel.kept.saturating_add(s.total);
+                sel.debt = sel.debt.saturating_add(reclaimable(s));
+            }
         }
     }
-    let pressed = !full && share_at_least(open_reclaimable, open_total, PRESSURE_DEAD_SHARE);
+    let pressed = !full && share_at_least(sel.debt, sel.kept, (PRESSURE_DEBT_PPM, 1_000_000));
     let pressed_share = dead_ratio_when(dead_ratio, true);
     for &id in sealed {
         let s = stats.get(&id).copied().unwrap_or_default();
         let dead_ratio = dead_ratio_when(dead_ratio, idle_below.is_some_and(|below| id < below));
-        match standing(&s) {
+        match standing(&s, now, rules) {
             Standing::Dropped => sel.drop.push(id),
             _ if full => sel.merge.push(id),
             Standing::Left => {}
@@ -586,7 +627,7 @@ mod tests {
         m.insert(4, st(100, 49, 0, ttl::NEVER)); // below: keep
         m.insert(5, st(100, 10, 0, 1000)); // expired bytes older than the lag: merge
         m.insert(6, st(100, 10, 0, 1500)); // expired bytes within the lag: keep
-        m.insert(7, st(1000, 0, 0, ttl::NEVER)); // all live: the store is not under pressure
+        m.insert(7, st(10_000, 0, 0, ttl::NEVER)); // all live: the store is not under pressure
         let ids = [1, 2, 3, 4, 5, 6, 7];
         let sel = select(&ids, &m, 2000, &rules(0.5, 600, u64::MAX), false);
         assert_eq!(sel.drop, vec![1]);
@@ -605,7 +646,7 @@ mod tests {
         m.insert(2, st(100, 25, 0, ttl::NEVER)); // at the idle share
         m.insert(3, st(100, 24, 0, ttl::NEVER)); // below it
         m.insert(4, st(100, 48, 0, ttl::NEVER)); // written since the store went idle
-        m.insert(5, st(400, 0, 0, ttl::NEVER)); // all live: the store is not under pressure
+        m.insert(5, st(4000, 0, 0, ttl::NEVER)); // all live: the store is not under pressure
         let ids = [1, 2, 3, 4, 5];
         let busy = rules(0.5, 600, u64::MAX);
         assert!(select(&ids, &m, 2000, &busy, false).is_empty());
@@ -617,54 +658,60 @@ mod tests {
     }
 
     #[test]
-    fn sealed_bytes_over_a_quarter_dead_are_merged_from_the_idle_share() {
+    fn a_debt_of_eight_percent_merges_from_the_idle_share() {
         let mut m = HashMap::new();
-        m.insert(1, st(100, 45, 0, ttl::NEVER));
-        m.insert(2, st(100, 26, 0, ttl::NEVER));
-        m.insert(3, st(100, 24, 0, ttl::NEVER)); // below the idle share
-        m.insert(4, st(100, 17, 0, ttl::NEVER));
+        m.insert(1, st(100, 26, 0, ttl::NEVER));
+        m.insert(2, st(100, 24, 0, ttl::NEVER)); // below the idle share
+        m.insert(3, st(100, 0, 0, ttl::NEVER));
+        m.insert(4, st(100, 0, 0, ttl::NEVER));
         let busy = rules(0.5, 600, u64::MAX);
-        // 112 of 400 bytes dead: just at the pressure share.
-        assert_eq!(112 * PRESSURE_DEAD_SHARE.1, 400 * PRESSURE_DEAD_SHARE.0);
-        assert_eq!(select(&[1, 2, 3, 4], &m, 2000, &busy, false).merge, vec![1, 2]);
+        // 50 of 625 bytes reclaimable: just at the pressure share.
+        m.insert(5, st(225, 0, 0, ttl::NEVER));
+        let ids = [1, 2, 3, 4, 5];
+        assert_eq!(debt_ppm(50, 625), PRESSURE_DEBT_PPM);
+        let sel = select(&ids, &m, 2000, &busy, false);
+        assert_eq!((sel.merge, sel.debt, sel.kept), (vec![1], 50, 625));
         // One dead byte fewer: the usual share, which none of them reaches.
-        m.insert(4, st(100, 16, 0, ttl::NEVER));
-        assert!(select(&[1, 2, 3, 4], &m, 2000, &busy, false).is_empty());
+        m.insert(2, st(100, 23, 0, ttl::NEVER));
+        assert!(select(&ids, &m, 2000, &busy, false).is_empty());
         // The share counts the sealed segments given, not every segment the map knows.
-        m.insert(4, st(100, 17, 0, ttl::NEVER));
-        m.insert(5, st(100, 0, 0, ttl::NEVER));
-        assert!(select(&[1, 2, 3, 4, 5], &m, 2000, &busy, false).is_empty());
-        assert_eq!(select(&[1, 2, 3, 4], &m, 2000, &busy, false).merge, vec![1, 2]);
+        m.insert(2, st(100, 24, 0, ttl::NEVER));
+        m.insert(6, st(100, 0, 0, ttl::NEVER));
+        assert!(select(&[1, 2, 3, 4, 5, 6], &m, 2000, &busy, false).is_empty());
+        assert_eq!(select(&ids, &m, 2000, &busy, false).merge, vec![1]);
     }
 
-    /// Found by a review: the pressure share counted segments the same selection drops
-    /// unread (and ones left to die whole), so a store whose remaining segments were a tenth
-    /// dead merged one at the idle share.
+    /// Found by a review of the first pressure rule: the share counted segments the same
+    /// selection drops unread (and ones left to die whole) as debt, so a store whose remaining
+    /// segments were barely dead merged one at the idle share.
     #[test]
     fn pressure_counts_only_segments_a_share_rule_may_take() {
         let mut m = HashMap::new();
         m.insert(1, st(100, 100, 0, ttl::NEVER)); // every byte dead: dropped unread
         m.insert(2, st(100, 100, 0, ttl::NEVER));
-        m.insert(3, st(100, 30, 0, ttl::NEVER)); // below the usual share
-        m.insert(4, st(100, 0, 0, ttl::NEVER));
-        m.insert(5, st(100, 0, 0, ttl::NEVER));
+        m.insert(3, st(100, 25, 0, ttl::NEVER)); // below the usual share
+        for id in 4..=6 {
+            m.insert(id, st(100, 0, 0, ttl::NEVER));
+        }
         let busy = rules(0.5, 600, u64::MAX);
-        let sel = select(&[1, 2, 3, 4, 5], &m, 2000, &busy, false);
+        let sel = select(&[1, 2, 3, 4, 5, 6], &m, 2000, &busy, false);
         assert_eq!(sel.drop, vec![1, 2]);
-        assert!(sel.merge.is_empty(), "30 of 300 bytes dead: {:?}", sel.merge);
-        // Left to die whole within the horizon: not counted either (30 of 200 bytes).
+        assert!(sel.merge.is_empty(), "25 of 400 bytes dead: {:?}", sel.merge);
+        assert_eq!((sel.debt, sel.kept), (25, 400));
+        // Left to die whole within the horizon: on disk, but no debt (25 of 600 bytes).
         let dying = SegStats {
             dies_by: 2010,
             ..st(100, 49, 0, ttl::NEVER)
         };
         m.insert(1, dying);
         m.insert(2, dying);
-        let sel = select(&[1, 2, 3, 4], &m, 2000, &busy, false);
+        let sel = select(&[1, 2, 3, 4, 5, 6], &m, 2000, &busy, false);
         assert!(sel.is_empty(), "{sel:?}");
-        // Counted, the same two would make it 128 of 400 bytes dead, and 3 would be merged.
+        assert_eq!((sel.debt, sel.kept), (25, 600));
+        // Counted, the same two would make it 123 of 600 bytes, and 3 would be merged.
         m.insert(1, st(100, 49, 0, ttl::NEVER));
         m.insert(2, st(100, 49, 0, ttl::NEVER));
-        let sel = select(&[1, 2, 3, 4], &m, 2000, &busy, false);
+        let sel = select(&[1, 2, 3, 4, 5, 6], &m, 2000, &busy, false);
         assert_eq!(sel.merge, vec![1, 2, 3]);
     }
 
@@ -680,18 +727,31 @@ mod tests {
             ..st(100, 40, 5, ttl::NEVER)
         };
         m.insert(1, markers);
-        m.insert(2, st(100, 30, 0, ttl::NEVER)); // 30 reclaimable
-        m.insert(3, st(100, 20, 0, ttl::NEVER));
+        m.insert(2, st(100, 12, 0, ttl::NEVER));
+        m.insert(3, st(100, 1, 0, ttl::NEVER));
         let busy = rules(0.5, 600, u64::MAX);
-        // 60 of 300 bytes reclaimable: 0.2, no pressure (counting markers: 90, 0.3).
+        // 23 of 300 bytes reclaimable: under 8 %, no pressure (counting markers: 53, 18 %).
         assert!(select(&[1, 2, 3], &m, 2000, &busy, false).is_empty());
         // Under pressure, the marker segment's share is its reclaimable bytes' share.
         m.insert(3, st(100, 45, 0, ttl::NEVER));
         assert_eq!(reclaimable(&markers), 10);
-        assert_eq!(select(&[1, 2, 3], &m, 2000, &busy, false).merge, vec![2, 3]);
+        assert_eq!(select(&[1, 2, 3], &m, 2000, &busy, false).merge, vec![3]);
         // Half dead by the usual rule, markers and all: merged as before.
         m.insert(1, SegStats { markers: 30, ..st(100, 50, 5, ttl::NEVER) });
-        assert_eq!(select(&[1, 2, 3], &m, 2000, &busy, false).merge, vec![1, 2, 3]);
+        assert_eq!(select(&[1, 2, 3], &m, 2000, &busy, false).merge, vec![1, 3]);
+    }
+
+    #[test]
+    fn writers_are_paced_in_proportion_to_the_debt_over_the_pressure_share() {
+        assert_eq!(pace_ns(1000, 0), 0);
+        assert_eq!(pace_ns(1000, PRESSURE_DEBT_PPM), 0);
+        let half = (PRESSURE_DEBT_PPM + PACE_FULL_DEBT_PPM) / 2;
+        assert_eq!(pace_ns(1000, half), 1000 * PACE_NS_PER_BYTE / 2);
+        assert_eq!(pace_ns(1000, PACE_FULL_DEBT_PPM), 1000 * PACE_NS_PER_BYTE);
+        assert_eq!(pace_ns(1000, 1_000_000), 1000 * PACE_NS_PER_BYTE, "capped");
+        assert_eq!(pace_ns(u64::MAX, 1_000_000), u64::MAX, "no overflow");
+        assert_eq!(debt_ppm(1, 0), 0);
+        assert_eq!(debt_ppm(u64::MAX, u64::MAX), 1_000_000);
     }
 
     #[test]

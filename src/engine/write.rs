@@ -130,6 +130,12 @@ type Guards<'a> = smallvec::SmallVec<[(u32, RwLockWriteGuard<'a, KeyspaceState>)
 /// [`KeyMap::prefetch`]: crate::keydir::KeyMap::prefetch
 const PREFETCH_OPS: usize = 1024;
 
+/// Pacing delays are slept once a millisecond is owed (shorter sleeps overshoot by a large
+/// share of themselves), and at most this much per write call, so no call waits long for
+/// what others owe.
+const PACE_SLEEP_MIN_NS: u64 = 1_000_000;
+const PACE_SLEEP_MAX_NS: u64 = 5_000_000;
+
 /// Write-locks the state of every keyspace `ops` touch, in id order.
 fn lock_keyspaces(ops: &[Op]) -> Guards<'_> {
     let mut cores: smallvec::SmallVec<[&Arc<KeyspaceCore>; 2]> =
@@ -271,8 +277,9 @@ impl Inner {
         check_write_second(now)?;
         // Expiry events of versions this write replaced before the reaper got to them.
         let mut events: Vec<crate::expiry::ExpiryEvent> = Vec::new();
-        let (existed, pos) = {
+        let (existed, pos, appended) = {
             let mut log = self.log.lock();
+            let appended_from = log.appended;
             self.check_writable()?;
             let planned = plan(&super::planned::View::new(self, now_ms, log.next_seq))?;
             let ops: &[Op] = &planned;
@@ -595,7 +602,7 @@ impl Inner {
                     self.send(Message::SyncBehind);
                 }
             }
-            (existed, log.appended)
+            (existed, log.appended, log.appended - appended_from)
         };
         // Published once the log mutex is let go: sending takes time and is no part of the
         // write's order (events come in no promised order, DESIGN.md §11).
@@ -606,8 +613,37 @@ impl Inner {
         // If expiry has fallen behind, this write handles a share of the backlog (no lock is
         // held here): expiry keeps pace with the writers instead of piling up.
         self.assist_reaping(existed.len(), now);
+        // And if merges have fallen behind, it waits its share (no lock is held here either).
+        self.pace(appended);
         self.commit_if_far_behind()?;
         Ok(existed)
+    }
+
+    /// A write's pause when merges have fallen behind: while the reclaim debt (the bytes only a
+    /// merge gets back) is over `policy::PRESSURE_DEBT_PPM` of the sealed bytes and the
+    /// background worker has chosen a merge to pay it, each write owes a delay in proportion
+    /// to the bytes it appended and to how far the debt is over (`policy::pace_ns`). Owed
+    /// delays are slept a millisecond or more at a time, at most 5 ms per write call. Space
+    /// therefore follows the live set at any write rate: the further writers outrun the
+    /// merges, the more of the machine they leave them (DESIGN.md §7, "Pacing").
+    fn pace(&self, appended: u64) {
+        let debt = self.reclaim_debt_ppm.load(Ordering::Relaxed);
+        if debt <= crate::compaction::policy::PRESSURE_DEBT_PPM {
+            return;
+        }
+        let ns = crate::compaction::policy::pace_ns(appended, debt);
+        let owed = self
+            .pace_owed_ns
+            .fetch_add(ns, Ordering::Relaxed)
+            .saturating_add(ns);
+        if owed >= PACE_SLEEP_MIN_NS {
+            let take = self
+                .pace_owed_ns
+                .swap(0, Ordering::Relaxed)
+                .min(PACE_SLEEP_MAX_NS);
+            self.paced_ns.fetch_add(take, Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_nanos(take));
+        }
     }
 
     /// Rotates the active segment if `incoming` more bytes would overflow it.

@@ -247,6 +247,8 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                         if run(&mut || pass().map(|_| ())) {
                             compaction.succeeded();
                         } else {
+                            // Writers are not paced for merges that are not running.
+                            inner.reclaim_debt_ppm.store(0, Ordering::Relaxed);
                             compaction.failed();
                         }
                     }
