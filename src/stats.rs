@@ -181,7 +181,7 @@ pub struct Stats {
     /// expiry lags the clock by more than two seconds, so it stays bounded at any write rate.
     pub expiry_backlog: u64,
     /// Time writers spent paced since open: while merges fall behind (their reclaim debt is
-    /// over 8 % of the sealed bytes), each write waits in proportion to the bytes it wrote, so
+    /// over 6 % of the sealed bytes), each write waits in proportion to the bytes it wrote, so
     /// that disk follows the live set at any write rate (DESIGN.md §7, "Pacing").
     pub paced: std::time::Duration,
     /// Sealed segments without a hint file because they are about to die whole, or because at

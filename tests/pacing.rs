@@ -1,5 +1,5 @@
 //! Writers are paced while merges fall behind: once the bytes only a merge can reclaim pass
-//! 8 % of the sealed bytes and the background worker has chosen a merge, each write waits in
+//! 6 % of the sealed bytes and the background worker has chosen a merge, each write waits in
 //! proportion to what it wrote (`Stats::paced`), and a store that only gains keys is never
 //! paced. Real clock (the background worker runs only with it), bounded waits.
 
