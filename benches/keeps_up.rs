@@ -11,7 +11,7 @@
 //! is comparable) gives the cost of expiry to the foreground.
 //!
 //! Run: `cargo bench --bench keeps_up` (EBBDB_KEEPS_UP_SECS=60, EBBDB_KEEPS_UP_TTL=10,
-//! EBBDB_KEEPS_UP_ONLY=ttl|nottl for one of the two runs, EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL, EBBDB_KEEPS_UP_MIXED_MAX=N to make the longest TTL N s).
+//! EBBDB_KEEPS_UP_ONLY=ttl|nottl for one of the two runs, EBBDB_KEEPS_UP_MALLINFO=1 for glibc's heap figures at each verbose sample, EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL, EBBDB_KEEPS_UP_MIXED_MAX=N to make the longest TTL N s).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -95,6 +95,8 @@ struct Outcome {
     live_keys: u64,
     /// Most live keys seen at a sample.
     peak_live: u64,
+    /// Time the writer was paced while merges fell behind (`Stats::paced`).
+    paced: Duration,
 }
 
 fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcome> {
@@ -211,6 +213,9 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
                     s.expirations,
                     status_bytes("RssAnon:") >> 20
                 );
+                if std::env::var("EBBDB_KEEPS_UP_MALLINFO").is_ok() {
+                    print_mallinfo(elapsed);
+                }
             }
             if with_ttl && !mixed {
                 // Spot-check exactness: a key written more than TTL + 1 s ago must be gone.
@@ -257,8 +262,31 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
         stale,
         live_keys,
         peak_live,
+        paced: store.stats().paced,
     })
 }
+
+/// `EBBDB_KEEPS_UP_MALLINFO=1`: glibc's heap figures at each sample (all arenas): the heap's
+/// size, the bytes allocated in it and free in it, and what is mapped apart. They tell a
+/// leak (allocated bytes growing) from the heap's free pages being touched (DESIGN.md §3,
+/// "Resident memory over time").
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn print_mallinfo(elapsed: u64) {
+    // SAFETY: `mallinfo2` takes no arguments, only reads the allocator's counters under its
+    // own locks, and returns a plain struct by value.
+    #[allow(unsafe_code)]
+    let m = unsafe { libc::mallinfo2() };
+    println!(
+        "    t={elapsed}s malloc MiB: heap {} allocated {} free {} mapped apart {}",
+        m.arena >> 20,
+        m.uordblks >> 20,
+        m.fordblks >> 20,
+        m.hblkhd >> 20
+    );
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn print_mallinfo(_elapsed: u64) {}
 
 fn main() -> ebbdb::Result<()> {
     if std::env::args().any(|a| a == "--list") {
@@ -282,7 +310,7 @@ fn main() -> ebbdb::Result<()> {
     };
     for (name, o) in [("with TTL", &with), ("without TTL", &without)] {
         println!(
-            "{name:>12}: {:>8.0} writes/s, disk/live 2nd half max {:.2} end {:.2}, batch p99 {:?} max {:?}, RssAnon {:.0} MiB ({:.0} B per peak live key, {}), live keys {}, stale {}",
+            "{name:>12}: {:>8.0} writes/s, disk/live 2nd half max {:.2} end {:.2}, batch p99 {:?} max {:?}, RssAnon {:.0} MiB ({:.0} B per peak live key, {}), live keys {}, stale {}, paced {:.1} s",
             o.writes_per_s,
             o.max_amp,
             o.end_amp,
@@ -292,7 +320,8 @@ fn main() -> ebbdb::Result<()> {
             o.rss_anon as f64 / o.peak_live.max(1) as f64,
             o.peak_live,
             o.live_keys,
-            o.stale
+            o.stale,
+            o.paced.as_secs_f64()
         );
     }
     println!(
