@@ -180,9 +180,10 @@ pub struct Stats {
     /// Fired expiry timers not handled yet (the reaping backlog). Writes help drain it once
     /// expiry lags the clock by more than two seconds, so it stays bounded at any write rate.
     pub expiry_backlog: u64,
-    /// Time writers spent paced since open: while merges fall behind (their reclaim debt is
-    /// over 6 % of the sealed bytes), each write waits in proportion to the bytes it wrote, so
-    /// that disk follows the live set at any write rate (DESIGN.md §7, "Pacing").
+    /// Time writers spent paced since open: while merges fall behind (more segments are due
+    /// for a merge than one takes, and the bytes only a merge reclaims are over 6 % of the
+    /// sealed bytes), each write waits in proportion to the bytes it wrote, so that disk
+    /// follows the live set at any write rate (DESIGN.md §7, "Pacing").
     pub paced: std::time::Duration,
     /// Sealed segments without a hint file because they are about to die whole, or because at
     /// least half of their bytes expire within a minute of being written (a hint only speeds

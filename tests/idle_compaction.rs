@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use ebbdb::{DefaultTtl, Options, Store, SyncPolicy};
+use ebbdb::{DefaultTtl, Options, Store, SyncPolicy, WriteBatch};
 
 fn value(i: u32, generation: u8) -> Vec<u8> {
     let mut v = vec![generation; 100];
@@ -33,8 +33,13 @@ fn open(dir: &std::path::Path, sync: SyncPolicy) -> ebbdb::Result<Store> {
 /// lasting keys are there for that). Returns the key count of `ks`.
 fn churn(store: &Store, ks: &ebbdb::Keyspace) -> ebbdb::Result<u32> {
     let base = store.create_keyspace("lasting", DefaultTtl::Off)?;
-    for i in 0..30_000u32 {
-        base.put(i.to_be_bytes(), value(i, 9))?;
+    // In batches: under `SyncPolicy::Always` one put at a time is one fsync each.
+    for chunk in (0..30_000u32).collect::<Vec<_>>().chunks(1_000) {
+        let mut batch = WriteBatch::new();
+        for &i in chunk {
+            batch.put(&base, i.to_be_bytes(), value(i, 9));
+        }
+        store.write_batch(batch)?;
     }
     let n = 4_000u32;
     for i in 0..n {

@@ -594,6 +594,17 @@ fn crash_here(inner: &Inner, at: CrashPoint) -> Result<()> {
 }
 
 pub(crate) fn run(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<CompactionReport> {
+    let result = run_locked(inner, full, idle_below);
+    if result.is_err() {
+        // Writers are not paced for a merge that failed: whoever runs the next one (the
+        // background worker backs off for up to a minute) publishes the debt again.
+        inner.reclaim_debt_ppm.store(0, Ordering::Relaxed);
+    }
+    result
+}
+
+/// [`run`], under `merge_lock`.
+fn run_locked(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<CompactionReport> {
     let _one_at_a_time = inner.merge_lock.lock();
     inner.check_writable()?;
     // 1. Choose, then check the inputs; under Salvage a damaged input is set aside for good
@@ -1011,14 +1022,15 @@ fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<C
         coalesce_below: inner.opts.segment_size / 2,
     };
     let sel = policy::select(&candidates, &log.segstats, now, &rules, full);
-    // Writers are paced while a merge is chosen to pay the debt (`Inner::pace`), and only by
-    // the background worker's choice: a store whose clock drives no background work is only
-    // compacted when its caller asks, so nothing would ever pay the debt off for them.
-    if inner.opts.clock.drives_background() {
-        let debt = if sel.merge.is_empty() {
-            0
-        } else {
+    // Writers are paced while merges are behind: this one leaves segments due for a merge to
+    // the next (`Inner::pace`). Not for a full compaction (everything is "due" then), and only
+    // on a store whose clock drives background work: one whose caller compacts it when it
+    // likes would leave writers paced until that caller's next call.
+    if inner.opts.clock.drives_background() && !full {
+        let debt = if sel.deferred > 0 {
             policy::debt_ppm(sel.debt, sel.kept)
+        } else {
+            0
         };
         inner.reclaim_debt_ppm.store(debt, Ordering::Relaxed);
     }

@@ -3,8 +3,9 @@
 //! - A segment whose every byte is dead and that holds no record needing the no-resurrection
 //!   check is *dropped*: deleted without being read.
 //! - A segment whose dead share reaches the threshold is merged; while the store is under
-//!   pressure (its reclaimable bytes over [`PRESSURE_DEAD_SHARE`] of the segments a share
-//!   rule may take), from the lower share an idle store uses.
+//!   pressure (its reclaim debt, the reclaimable bytes of the segments a share rule may take,
+//!   at [`PRESSURE_DEBT_PPM`] of the sealed bytes or more), from the lower share an idle
+//!   store uses.
 //! - A segment holding expired bytes whose oldest deadline is older than the maximum
 //!   reclamation lag is merged whatever its dead share, so expired data in cold segments is
 //!   purged within a bound.
@@ -34,6 +35,9 @@ pub struct Selection {
     /// Bytes of the sealed segments that stay on disk after the drops: the base the debt is
     /// a share of ([`PRESSURE_DEBT_PPM`]).
     pub kept: u64,
+    /// Bytes of segments due for a merge that this one leaves to the next (the input bound):
+    /// more than 0 when merges are behind.
+    pub deferred: u64,
 }
 
 impl Selection {
@@ -359,12 +363,14 @@ pub fn select(
     }
     if !full {
         let stat = |id: &u32| stats.get(id).copied().unwrap_or_default();
-        bound_merge(&mut sel.merge, &stat, |s| overdue(s, now, max_lag_secs), max_merge_bytes);
+        sel.deferred =
+            bound_merge(&mut sel.merge, &stat, |s| overdue(s, now, max_lag_secs), max_merge_bytes);
     }
     sel
 }
 
-/// Keeps of `merge` at most `max_bytes` of input (at least one segment), in id order: the
+/// Keeps of `merge` at most `max_bytes` of input (at least one segment), in id order, and
+/// returns the bytes it left out: the
 /// oldest candidate first (lowest id: ids only grow, so every candidate reaches the front
 /// eventually and none starves behind deadlier or overdue newcomers); then the overdue ones,
 /// longest overdue first (the reclamation-lag bound); then the rest by dead share, deadest
@@ -374,9 +380,10 @@ fn bound_merge(
     stat: &impl Fn(&u32) -> SegStats,
     overdue: impl Fn(&SegStats) -> bool,
     max_bytes: u64,
-) {
-    if merge.iter().map(|id| stat(id).total).sum::<u64>() <= max_bytes {
-        return;
+) -> u64 {
+    let due = merge.iter().map(|id| stat(id).total).sum::<u64>();
+    if due <= max_bytes {
+        return 0;
     }
     let oldest = merge.iter().copied().min();
     let rank = |id: &u32| {
@@ -410,6 +417,7 @@ fn bound_merge(
     }
     merge.truncate(keep);
     merge.sort_unstable();
+    due.saturating_sub(merge.iter().map(|id| stat(id).total).sum::<u64>())
 }
 
 #[cfg(test)]
@@ -603,6 +611,7 @@ mod tests {
         let sel = select(&ids, &m, now, &rules(0.5, 600, 250), false);
         assert_eq!(sel.drop, vec![5]);
         assert_eq!(sel.merge, vec![1, 4], "the oldest, then overdue, in id order");
+        assert_eq!(sel.deferred, 200, "2 and 3 wait for the next merge");
         assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 300), false).merge, vec![1, 2, 4]);
         // At least one segment, however small the bound.
         assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 1), false).merge, vec![1]);
@@ -614,7 +623,8 @@ mod tests {
             vec![3, 4, 7]
         );
         // Within the bound, or a full compaction: everything.
-        assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 400), false).merge, vec![1, 2, 3, 4]);
+        let sel = select(&ids, &m, now, &rules(0.5, 600, 400), false);
+        assert_eq!((sel.merge, sel.deferred), (vec![1, 2, 3, 4], 0));
         assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 1), true).merge, vec![1, 2, 3, 4]);
     }
 

@@ -135,14 +135,13 @@ pub(crate) struct Inner {
     /// fsync covered ([`Inner::gather`]); the upkeep worker counts a store idle once it has not
     /// moved for `policy::IDLE_AFTER_SECS`.
     pub(crate) appends: AtomicU64,
-    /// The reclaim debt (parts per million of the sealed bytes kept) while the background
-    /// policy has chosen a merge to pay it, 0 otherwise: writers are paced from
-    /// `policy::PRESSURE_DEBT_PPM` on ([`Inner::pace`]). Written only by the background
-    /// worker (a `ManualClock` store is never paced).
+    /// The reclaim debt (parts per million of the sealed bytes kept) while merges are behind
+    /// (the last choice left segments due for a merge to the next), 0 otherwise: writers are
+    /// paced from `policy::PRESSURE_DEBT_PPM` on ([`Inner::pace`]). Published by every
+    /// choice but a full compaction's, on a store whose clock drives background work only
+    /// (a `ManualClock` store is never paced); a failed merge sets it to 0.
     pub(crate) reclaim_debt_ppm: AtomicU64,
-    /// Pacing delay writers owe and have not slept yet (slept a millisecond or more at a
-    /// time), and the total slept since open (`Stats::paced`).
-    pub(crate) pace_owed_ns: AtomicU64,
+    /// Pacing delay slept by writers since open (`Stats::paced`).
     pub(crate) paced_ns: AtomicU64,
     pub(crate) poisoned: AtomicBool,
     closed: AtomicBool,

@@ -531,7 +531,6 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         sync_cv: Condvar::new(),
         appends: AtomicU64::new(0),
         reclaim_debt_ppm: AtomicU64::new(0),
-        pace_owed_ns: AtomicU64::new(0),
         paced_ns: AtomicU64::new(0),
         poisoned: AtomicBool::new(false),
         closed: AtomicBool::new(false),

@@ -131,10 +131,18 @@ type Guards<'a> = smallvec::SmallVec<[(u32, RwLockWriteGuard<'a, KeyspaceState>)
 const PREFETCH_OPS: usize = 1024;
 
 /// Pacing delays are slept once a millisecond is owed (shorter sleeps overshoot by a large
-/// share of themselves), and at most this much per write call, so no call waits long for
-/// what others owe.
+/// share of themselves), and at most this much per write call, so no single call waits
+/// long.
 const PACE_SLEEP_MIN_NS: u64 = 1_000_000;
 const PACE_SLEEP_MAX_NS: u64 = 5_000_000;
+
+thread_local! {
+    /// Pacing delay this thread owes and has not slept yet ([`Inner::pace`]): each writer
+    /// waits for its own writes, so several writers are paced as one is. Kept per thread, not
+    /// per store: a thread that writes to two stores pays one's debt at its next write to
+    /// either, which changes how long it waits in all, not for what.
+    static PACE_OWED_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// Write-locks the state of every keyspace `ops` touch, in id order.
 fn lock_keyspaces(ops: &[Op]) -> Guards<'_> {
@@ -619,11 +627,12 @@ impl Inner {
         Ok(existed)
     }
 
-    /// A write's pause when merges have fallen behind: while the reclaim debt (the bytes only a
-    /// merge gets back) is over `policy::PRESSURE_DEBT_PPM` of the sealed bytes and the
-    /// background worker has chosen a merge to pay it, each write owes a delay in proportion
-    /// to the bytes it appended and to how far the debt is over (`policy::pace_ns`). Owed
-    /// delays are slept a millisecond or more at a time, at most 5 ms per write call. Space
+    /// A write's pause when merges have fallen behind: while the background policy's last
+    /// choice left segments due for a merge to the next one (`Selection::deferred`) and the
+    /// reclaim debt (the bytes only a merge gets back) was over `policy::PRESSURE_DEBT_PPM` of
+    /// the sealed bytes, each write owes a delay in proportion to the bytes it appended and to
+    /// how far the debt is over (`policy::pace_ns`). A thread sleeps what it owes once that is
+    /// a millisecond or more, at most 5 ms per write call (the rest stays owed). Space
     /// therefore follows the live set at any write rate: the further writers outrun the
     /// merges, the more of the machine they leave them (DESIGN.md §7, "Pacing").
     fn pace(&self, appended: u64) {
@@ -632,15 +641,17 @@ impl Inner {
             return;
         }
         let ns = crate::compaction::policy::pace_ns(appended, debt);
-        let owed = self
-            .pace_owed_ns
-            .fetch_add(ns, Ordering::Relaxed)
-            .saturating_add(ns);
-        if owed >= PACE_SLEEP_MIN_NS {
-            let take = self
-                .pace_owed_ns
-                .swap(0, Ordering::Relaxed)
-                .min(PACE_SLEEP_MAX_NS);
+        let take = PACE_OWED_NS.with(|owed| {
+            let total = owed.get().saturating_add(ns);
+            let take = if total >= PACE_SLEEP_MIN_NS {
+                total.min(PACE_SLEEP_MAX_NS)
+            } else {
+                0
+            };
+            owed.set(total - take);
+            take
+        });
+        if take > 0 {
             self.paced_ns.fetch_add(take, Ordering::Relaxed);
             std::thread::sleep(std::time::Duration::from_nanos(take));
         }

@@ -202,6 +202,7 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                         if ok {
                             compaction.succeeded();
                         } else {
+                            inner.reclaim_debt_ppm.store(0, Ordering::Relaxed);
                             compaction.failed();
                         }
                     }
@@ -247,7 +248,8 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                         if run(&mut || pass().map(|_| ())) {
                             compaction.succeeded();
                         } else {
-                            // Writers are not paced for merges that are not running.
+                            // A panic skips `merge::run`'s own reset: writers are not paced
+                            // for merges that are not running.
                             inner.reclaim_debt_ppm.store(0, Ordering::Relaxed);
                             compaction.failed();
                         }
