@@ -148,8 +148,8 @@ pub fn dead_ratio_when(dead_ratio: f64, idle: bool) -> f64 {
 
 /// The reclaim debt's share of the sealed bytes kept (parts per million: 6 %) from which the
 /// policy merges segments whose own reclaimable share reaches the one it uses when idle
-/// ([`dead_ratio_when`]), deadest first, and from which writers are paced while such a merge
-/// is chosen ([`pace_ns`]). Segments each just under the usual share would hold the store
+/// ([`dead_ratio_when`]), deadest first, and from which writers are paced while merges are
+/// behind ([`Selection::deferred`], [`pace_ns`]). Segments each just under the usual share would hold the store
 /// near twice its live bytes, and under mixed TTLs a segment the writer wrote crosses the
 /// usual share only after about half its life: merges started late and did not catch up
 /// (DESIGN.md §7, "Pressure").
@@ -163,7 +163,7 @@ pub const PACE_FULL_DEBT_PPM: u64 = 120_000;
 pub const PACE_NS_PER_BYTE: u64 = 20;
 
 /// The delay owed by a write that appended `bytes` while the reclaim debt stood at
-/// `debt_ppm` (0 when no merge is chosen): none up to [`PRESSURE_DEBT_PPM`], rising in
+/// `debt_ppm` (published as 0 while merges keep up): none up to [`PRESSURE_DEBT_PPM`], rising in
 /// proportion to [`PACE_NS_PER_BYTE`] at [`PACE_FULL_DEBT_PPM`] and beyond.
 #[must_use]
 pub fn pace_ns(bytes: u64, debt_ppm: u64) -> u64 {

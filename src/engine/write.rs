@@ -627,8 +627,9 @@ impl Inner {
         Ok(existed)
     }
 
-    /// A write's pause when merges have fallen behind: while the background policy's last
-    /// choice left segments due for a merge to the next one (`Selection::deferred`) and the
+    /// A write's pause when merges have fallen behind: while the policy's last choice on this
+    /// store (the background worker's or an explicit `compact()`'s) left segments due for a
+    /// merge to the next one (`Selection::deferred`) and the
     /// reclaim debt (the bytes only a merge gets back) was over `policy::PRESSURE_DEBT_PPM` of
     /// the sealed bytes, each write owes a delay in proportion to the bytes it appended and to
     /// how far the debt is over (`policy::pace_ns`). A thread sleeps what it owes once that is
