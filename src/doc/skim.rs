@@ -2,7 +2,7 @@
 //! properties without building any value, and checks the rest as strictly as `serde_json`'s
 //! parser does when it builds a `serde_json::Value` (UTF-8, control characters, escapes
 //! including lone surrogates, number syntax, literals, nesting at most
-//! [`MAX_DEPTH`](super::precheck::MAX_DEPTH), nothing after the item).
+//! [`MAX_DEPTH`], nothing after the item).
 //!
 //! It may refuse text the parser would accept (numbers with an exponent or hundreds of digits
 //! are handed to the parser to decide), never the other way round: the caller

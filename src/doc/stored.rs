@@ -9,7 +9,7 @@
 //! never stores) keeps the parser's error. Ordinary reads pay nothing extra.
 //!
 //! [`parse_fields`] reads only some top-level properties of an item (for a query that needs
-//! no others): the rest of the text is checked by [`skim`](super::skim) as strictly as the
+//! no others): the rest of the text is checked by [`skim`] as strictly as the
 //! parser checks it, without building values, so it accepts and refuses what [`parse`] does.
 //! For an item whose record carries the `DOC` flag it stops once every property it needs was
 //! found: such a text is valid and names each property once, so the result is the same.

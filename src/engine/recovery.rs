@@ -250,7 +250,7 @@ fn merge_runs(runs: Vec<Vec<(Key, Entry)>>) -> Vec<(Key, Entry)> {
     )
 }
 
-/// As [`merge_runs`], over runs given as iterators of `total` records in all, keeping only
+/// As `merge_runs` (the tests' form), over runs given as iterators of `total` records in all, keeping only
 /// the records for which `keep` (called on each key's first record, which it may change)
 /// says so: open's pass over the survivors runs while each record is in the cache, instead
 /// of as one more pass over a vector of a million.

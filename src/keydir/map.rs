@@ -243,7 +243,7 @@ fn spread(stored: u32) -> u64 {
 }
 
 /// The entries of a hashed map, each in a slot that keeps its number while the entry lives.
-/// A removed entry's slot is reused by the next insert; [`Slab::compact`] moves entries from
+/// A removed entry's slot is reused by the next insert; [`Hashed::trim`] moves entries from
 /// the end into holes so the vector can shrink after a wave of removals.
 #[derive(Debug, Default)]
 pub struct Slab {

@@ -1178,7 +1178,7 @@ impl Registry {
     }
 }
 
-/// The index side of one write: [`Stage::put`]/[`Stage::delete`] under the engine's log
+/// The index side of one write: [`Stage::put`] (no document: a delete) under the engine's log
 /// mutex (in the write's check or plan), then [`Stage::finish`] with the write's result.
 pub(crate) struct Stage<'r> {
     registry: &'r Registry,
