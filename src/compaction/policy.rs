@@ -316,10 +316,18 @@ pub fn select(
     let mut sel = Selection::default();
     // Small segments the rules below leave alone, that will not die by themselves.
     let mut small: Vec<u32> = Vec::new();
+    // Each segment's standing, once (a segment without counters stands as an empty one).
+    let judged: Vec<(u32, SegStats, Standing)> = sealed
+        .iter()
+        .map(|&id| {
+            let s = stats.get(&id).copied().unwrap_or_default();
+            (id, s, standing(&s, now, rules))
+        })
+        .collect();
     // The debt counts the segments a share rule may take: not those dropped now, resting, or
     // left to die whole (their dead bytes go without a merge or not at all).
-    for s in sealed.iter().filter_map(|id| stats.get(id)) {
-        match standing(s, now, rules) {
+    for (_, s, standing) in &judged {
+        match standing {
             Standing::Dropped => {}
             Standing::Left => sel.kept = sel.kept.saturating_add(s.total),
             Standing::Overdue | Standing::Open => {
@@ -330,10 +338,9 @@ pub fn select(
     }
     let pressed = !full && share_at_least(sel.debt, sel.kept, (PRESSURE_DEBT_PPM, 1_000_000));
     let pressed_share = dead_ratio_when(dead_ratio, true);
-    for &id in sealed {
-        let s = stats.get(&id).copied().unwrap_or_default();
+    for &(id, s, standing) in &judged {
         let dead_ratio = dead_ratio_when(dead_ratio, idle_below.is_some_and(|below| id < below));
-        match standing(&s, now, rules) {
+        match standing {
             Standing::Dropped => sel.drop.push(id),
             _ if full => sel.merge.push(id),
             Standing::Left => {}

@@ -633,9 +633,9 @@ impl Inner {
     /// reclaim debt (the bytes only a merge gets back) was over `policy::PRESSURE_DEBT_PPM` of
     /// the sealed bytes, each write owes a delay in proportion to the bytes it appended and to
     /// how far the debt is over (`policy::pace_ns`). A thread sleeps what it owes once that is
-    /// a millisecond or more, at most 5 ms per write call (the rest stays owed). Space
-    /// therefore follows the live set at any write rate: the further writers outrun the
-    /// merges, the more of the machine they leave them (DESIGN.md §7, "Pacing").
+    /// a millisecond or more, at most 5 ms per write call (the rest stays owed). The further
+    /// writers outrun the merges, the more of the machine they leave them (DESIGN.md §7,
+    /// "Pacing", for what was measured).
     fn pace(&self, appended: u64) {
         let debt = self.reclaim_debt_ppm.load(Ordering::Relaxed);
         if debt <= crate::compaction::policy::PRESSURE_DEBT_PPM {
