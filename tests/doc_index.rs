@@ -339,6 +339,89 @@ fn the_index_is_rebuilt_at_open_and_when_the_policy_changes() {
     assert_eq!(c.query_plan(&Query::new(q)).ok().as_deref(), Some("scan"));
 }
 
+/// An indexing policy on a container created empty (or given one while empty) builds its
+/// index without walking the container: the walk would order its hashed key directory for
+/// good, and there is nothing to read. The index must still hold every item written after,
+/// through creates, replaces, deletes and a policy change, and agree with a scan.
+#[test]
+fn an_index_built_over_an_empty_container_leaves_its_key_directory_hashed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = common::clock();
+    let db = open(dir.path(), &clock);
+    let c = indexed(&db);
+    let hashed = |db: &Database| db.store().key_directory_hashed("c:c").expect("keyspace");
+    assert!(hashed(&db), "no walk at the creation");
+    for i in 0..200 {
+        c.create_item(&json!({"id": format!("{i}"), "pk": format!("p{}", i % 5), "status": if i % 4 == 0 { "open" } else { "closed" }, "n": i}))
+            .expect("create");
+    }
+    c.replace_item(
+        "p1",
+        "1",
+        &json!({"id": "1", "pk": "p1", "status": "open", "n": 1}),
+    )
+    .expect("replace");
+    c.delete_item("p0", "0").expect("delete");
+    let q = "SELECT VALUE c.id FROM c WHERE c.status = 'open'";
+    assert_eq!(
+        c.query_plan(&Query::new(q)).ok().as_deref(),
+        Some("index /status")
+    );
+    // 50 multiples of 4, less the deleted "0", plus "1".
+    let mut want: Vec<String> = (4..200).step_by(4).map(|i| i.to_string()).collect();
+    want.push("1".to_string());
+    want.sort();
+    assert_eq!(ids(&c, q), want);
+    assert!(hashed(&db), "point writes and an index query order nothing");
+
+    // Emptied, then a new policy: again nothing to walk.
+    let empty = db
+        .create_container(
+            ContainerProperties::new("e", "/pk").with_default_ttl(DefaultTtl::NeverExpire),
+        )
+        .expect("container");
+    empty
+        .create_item(&json!({"id": "x", "pk": "a", "n": 7}))
+        .expect("create");
+    empty.delete_item("a", "x").expect("delete");
+    let empty = db
+        .replace_container(empty.properties().with_included_paths(["/n/?"]))
+        .expect("replace");
+    assert!(db.store().key_directory_hashed("c:e").expect("keyspace"));
+    for i in 0..20 {
+        empty
+            .create_item(&json!({"id": format!("{i}"), "pk": "a", "n": i % 3}))
+            .expect("create");
+    }
+    let by_n = "SELECT VALUE c.id FROM c WHERE c.n = 2";
+    assert_eq!(
+        empty.query_plan(&Query::new(by_n)).ok().as_deref(),
+        Some("index /n")
+    );
+    let mut want: Vec<String> = (0..20)
+        .filter(|i| i % 3 == 2)
+        .map(|i: i32| i.to_string())
+        .collect();
+    want.sort();
+    assert_eq!(ids(&empty, by_n), want);
+
+    // A scan orders the map; the index and the scan agree.
+    let scanned = ids(
+        &c,
+        "SELECT VALUE c.id FROM c WHERE c.status = 'open' OR c.n < 0",
+    );
+    assert_eq!(
+        c.query_plan(&Query::new(
+            "SELECT VALUE c.id FROM c WHERE c.status = 'open' OR c.n < 0"
+        ))
+        .ok()
+        .as_deref(),
+        Some("scan")
+    );
+    assert_eq!(scanned, ids(&c, q));
+    assert!(!hashed(&db), "a cross-partition scan walks in key order");
+}
+
 /// A writer moves a token between items with transactional batches (one item leaves
 /// `status = 'hot'`, another enters it, in one batch) while readers count and list the hot
 /// items through the index: they must always see exactly one.

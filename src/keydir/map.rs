@@ -1086,7 +1086,6 @@ impl KeyMap {
     }
 
     /// True if there is no entry.
-    #[cfg(test)]
     #[must_use]
     pub fn is_empty(&self) -> bool {
         match &self.layout {

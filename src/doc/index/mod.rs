@@ -695,8 +695,10 @@ impl IndexSet {
 
     /// The build: every live item of the keyspace, read after the set was registered (so
     /// every later write stages its own version). A key some write already staged is skipped:
-    /// that write's version is at least as new as what the scan read.
-    fn build(&self) -> Result<()> {
+    /// that write's version is at least as new as what the scan read. `walk` false: the
+    /// keyspace held no entry at the registration, so there is nothing to read and its key
+    /// directory is not walked (which would order it).
+    fn build(&self, walk: bool) -> Result<()> {
         let ks = &self.ks;
         // (item key, encoded values, may expire)
         type Built = (Vec<u8>, Encoded, bool);
@@ -719,20 +721,23 @@ impl IndexSet {
                 });
             }
         };
-        for kv in ks.iter() {
-            let (key, bytes) = kv?;
-            // A stored item that does not parse indexes nothing; counted as one that might
-            // expire, so a count looks it up.
-            let (doc, expires) = match super::stored::parse::<Value>(&bytes) {
-                Ok(v) => {
-                    let expires = may_expire(Some(&v));
-                    (v, expires)
+        // `walk` false: the keyspace held nothing when the set was registered.
+        if walk {
+            for kv in ks.iter() {
+                let (key, bytes) = kv?;
+                // A stored item that does not parse indexes nothing; counted as one that might
+                // expire, so a count looks it up.
+                let (doc, expires) = match super::stored::parse::<Value>(&bytes) {
+                    Ok(v) => {
+                        let expires = may_expire(Some(&v));
+                        (v, expires)
+                    }
+                    Err(_) => (Value::Null, true),
+                };
+                batch.push((key, self.encode_doc(Some(&doc)), expires));
+                if batch.len() >= 1024 {
+                    flush(&mut batch);
                 }
-                Err(_) => (Value::Null, true),
-            };
-            batch.push((key, self.encode_doc(Some(&doc)), expires));
-            if batch.len() >= 1024 {
-                flush(&mut batch);
             }
         }
         flush(&mut batch);
@@ -1126,7 +1131,14 @@ impl Registry {
         // after it stages into the new one, and a query still holding the old set sees it
         // retired if it registers its reader after this point.
         let set = (!paths.is_empty()).then(|| Arc::new(IndexSet::new(paths, ks.clone())));
+        // Whether the keyspace held no entry at the registration: every item is then written
+        // after it and staged into the new set, so the build has nothing to read. Its walk in
+        // key order would order a hashed key directory for good (DESIGN.md §3.1), so a
+        // container created with an indexing policy would lose the hashed map's writes for
+        // nothing. Looked at under the log mutex, as the registration is.
+        let mut was_empty = false;
         let registered = ks.write_planned(false, |_| {
+            was_empty = ks.core().state.read().map.is_empty();
             let mut sets = self.sets.lock();
             let old = match &set {
                 Some(set) => sets.insert(id, Arc::clone(set)),
@@ -1145,7 +1157,7 @@ impl Registry {
         let Some(set) = set else {
             return Ok(()); // no paths: the old set, if any, is gone
         };
-        if let Err(e) = set.build() {
+        if let Err(e) = set.build(!was_empty) {
             self.remove(id);
             return Err(e);
         }
@@ -1250,7 +1262,7 @@ mod tests {
     fn a_sweep_meeting_a_pending_version_of_a_gone_key_leaves_the_departures_for_the_next() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_store, ks, set) = set_on_n(dir.path());
-        set.build().expect("build");
+        set.build(true).expect("build");
         let doc = serde_json::json!({"n": 1});
         let departures = || ks.core().state.read().departures;
         // `a` is written, applied and settled as a document write would be.
@@ -1348,7 +1360,7 @@ mod tests {
     fn a_count_meets_each_settled_key_once_and_hands_back_each_unsure_key_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_store, ks, set) = set_on_n(dir.path());
-        set.build().expect("build");
+        set.build(true).expect("build");
         let write = |key: &[u8], n: i64| {
             let doc = serde_json::json!({ "n": n });
             let staged = set.stage(key, Some(&doc));
@@ -1395,7 +1407,7 @@ mod tests {
         ks.put(b"old", b"{\"n\": 0}").expect("put");
         // Staged before the build reads `old`, settled after it: unsure across the build.
         let (old, id_old) = set.stage(b"old", Some(&serde_json::json!({"n": 9})));
-        set.build().expect("build");
+        set.build(true).expect("build");
         check(&set);
         assert!(set.t.read().unsure.contains(&b"old"[..]));
         set.settle(vec![(old, id_old)]);

@@ -156,6 +156,8 @@ impl Picked {
         let set = self.ks.inner().segments.read();
         self.segs.clear();
         let end = self.keys.len().min(self.next + CHUNK);
+        // A hashed map: the chunk's slots asked for together, then found in cache one by one.
+        st.map.prefetch((self.next..end).map(|i| self.keys.get(i)));
         for i in self.next..end {
             let k = self.keys.get(i);
             let entry = st.get(k);
