@@ -70,6 +70,29 @@ const SHRINK_MIN_CAPACITY: usize = if cfg!(test) { 64 } else { 1024 };
 /// Records per shard when a hashed map is ordered (as open's build, DESIGN.md §3.1).
 const SHARD_RECORDS: usize = 1 << 14;
 
+/// Entries from which [`Ordered::from_unsorted`] sorts and builds on two cores.
+const PARALLEL_ORDER_MIN: usize = if cfg!(test) { 1 << 10 } else { 1 << 16 };
+
+/// Sorts `entries` by key, keeps one of each key, and moves them into shards of
+/// [`SHARD_RECORDS`] appended to `out` (`entries` is left empty). `later`: these entries
+/// follow others in key order, so their first shard is given its first key too.
+fn sorted_shards(entries: &mut Vec<(Key, Entry)>, later: bool, out: &mut Vec<Shard>) {
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries.dedup_by(|a, b| a.0 == b.0);
+    let mut rest = entries.drain(..).peekable();
+    let mut first = true;
+    while rest.peek().is_some() {
+        let tree: BTreeMap<Key, Entry> = rest.by_ref().take(SHARD_RECORDS).collect();
+        let start = if first && !later {
+            None
+        } else {
+            tree.keys().next().cloned()
+        };
+        first = false;
+        out.push((start, tree));
+    }
+}
+
 /// A key's entry, found by [`KeyMap::entry`] for a decision and a change in one lookup.
 pub enum Slot<'m> {
     /// The key has an entry.
@@ -1112,23 +1135,68 @@ pub enum Touched {
 impl Ordered {
     /// The map of `all`, sorted here; of entries with equal keys one is kept (a copy taken
     /// while the map changed may hold a key twice; the caller replays it).
+    ///
+    /// From [`PARALLEL_ORDER_MIN`] entries on, the entries are split at their median key
+    /// (a selection, linear) and the two halves sorted and built into shards side by side,
+    /// the upper half on a scoped thread: at 1 M keys the sort and the build took 50 and 40
+    /// ms on one core, most of what a first scan pays to order a hashed map (DESIGN.md §3.1).
+    /// If the thread cannot be started, the calling thread does both halves.
     #[must_use]
     pub fn from_unsorted(mut all: Vec<(Key, Entry)>) -> Self {
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        all.dedup_by(|a, b| a.0 == b.0);
-        let n = all.len();
-        let mut shards: Vec<Shard> = Vec::with_capacity(n.div_ceil(SHARD_RECORDS).max(1));
-        let mut rest = all.into_iter().peekable();
-        while rest.peek().is_some() {
-            let tree: BTreeMap<Key, Entry> = rest.by_ref().take(SHARD_RECORDS).collect();
-            let start = if shards.is_empty() {
-                None
-            } else {
-                tree.keys().next().cloned()
-            };
-            shards.push((start, tree));
+        let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+        if all.len() < PARALLEL_ORDER_MIN || !two_cores {
+            let mut shards = Vec::new();
+            sorted_shards(&mut all, false, &mut shards);
+            return Self::from_shards(shards);
         }
-        Self::from_shards(shards)
+        let mid = all.len() / 2;
+        // Every key below `mid` is at most the key at `mid`, every key from it on at least:
+        // only a key equal to that one can be in both halves.
+        all.select_nth_unstable_by(mid, |a, b| a.0.cmp(&b.0));
+        let mut upper = all.split_off(mid);
+        let mut lower = all;
+        let mut low_shards = Vec::new();
+        let mut high_shards = Vec::new();
+        let spawned = std::thread::scope(|s| {
+            let upper_done = std::thread::Builder::new()
+                .name("ebbdb-order".into())
+                .spawn_scoped(s, || sorted_shards(&mut upper, true, &mut high_shards));
+            sorted_shards(&mut lower, false, &mut low_shards);
+            match upper_done {
+                Ok(handle) => {
+                    if let Err(panic) = handle.join() {
+                        std::panic::resume_unwind(panic);
+                    }
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        if !spawned {
+            // No thread: the entries are still in `upper`.
+            sorted_shards(&mut upper, true, &mut high_shards);
+        }
+        // A key in both halves (the input held it twice): one is kept, as in one sort.
+        let first_high = high_shards
+            .first()
+            .and_then(|(_, t)| t.keys().next().cloned());
+        if let (Some(first), Some((_, last_low))) = (first_high, low_shards.last_mut()) {
+            if last_low.last_key_value().is_some_and(|(k, _)| *k == first) {
+                last_low.pop_last();
+            }
+        }
+        if low_shards.len() > 1 && low_shards.last().is_some_and(|(_, t)| t.is_empty()) {
+            low_shards.pop();
+        }
+        if low_shards.first().is_some_and(|(_, t)| t.is_empty()) {
+            // A lower half emptied by that removal: the upper half's shards come first.
+            low_shards.clear();
+            if let Some((start, _)) = high_shards.first_mut() {
+                *start = None;
+            }
+        }
+        low_shards.extend(high_shards);
+        Self::from_shards(low_shards)
     }
 
     /// The ordered map made of `shards`, given in key order (see [`KeyMap::from_shards`]).
@@ -1217,6 +1285,55 @@ mod tests {
     /// Every entry, in the map's order.
     fn entries(map: &KeyMap) -> Vec<(Key, Entry)> {
         map.iter().map(|(k, e)| (k.clone(), *e)).collect()
+    }
+
+    /// `Ordered::from_unsorted` keeps one entry per key, in key order, with every key in the
+    /// shard `shard_of` names, on one core and on two (from `PARALLEL_ORDER_MIN` entries):
+    /// random keys, keys given twice, a duplicate of the median key (the only key that can
+    /// fall in both halves), and input that is one key many times over.
+    #[test]
+    fn ordering_an_unsorted_copy_keeps_one_entry_per_key_in_order() {
+        let key_of = |i: u64| {
+            let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            // Some keys longer than the inline bytes.
+            let mut b = format!("{h:016x}").into_bytes();
+            if i.is_multiple_of(5) {
+                b.extend_from_slice(b"-longer-than-inline");
+            }
+            Key::from_slice(&b)
+        };
+        for n in [10u64, 700, 1024, 5000, 40_000] {
+            let mut all: Vec<(Key, Entry)> =
+                (0..n).map(|i| (key_of(i), Entry::at_seq(i))).collect();
+            // Every seventh key again, and the median key (by key order) twice more.
+            all.extend((0..n).step_by(7).map(|i| (key_of(i), Entry::at_seq(i))));
+            let mut sorted: Vec<Key> = (0..n).map(key_of).collect();
+            sorted.sort();
+            let median = sorted[sorted.len() / 2].clone();
+            all.push((median.clone(), Entry::at_seq(1)));
+            all.push((median, Entry::at_seq(2)));
+            let o = Ordered::from_unsorted(all);
+            let got: Vec<Key> = o.shards.iter().flat_map(|t| t.keys().cloned()).collect();
+            assert_eq!(got, sorted, "n = {n}");
+            for (i, t) in o.shards.iter().enumerate() {
+                assert!(
+                    !t.is_empty() || o.shards.len() == 1,
+                    "n = {n}: an empty shard"
+                );
+                assert!(
+                    t.keys().all(|k| o.shard_of(k) == i),
+                    "n = {n}: a key out of its shard"
+                );
+            }
+            assert_eq!(o.starts.len() + 1, o.shards.len());
+        }
+        for n in [3usize, 5000] {
+            let all = vec![(k("same"), Entry::at_seq(0)); n];
+            let o = Ordered::from_unsorted(all);
+            let got: Vec<Key> = o.shards.iter().flat_map(|t| t.keys().cloned()).collect();
+            assert_eq!(got, vec![k("same")], "n = {n}");
+            assert_eq!(o.shards.len(), 1, "n = {n}");
+        }
     }
 
     /// A map split at "d" and "m", holding `keys`, beside the same keys in one B-tree.
@@ -1446,7 +1563,13 @@ mod tests {
         map.make_ordered();
         let want: Vec<_> = one.iter().map(|(k, e)| (k.clone(), *e)).collect();
         assert_eq!(entries(&map), want);
-        assert_eq!(map.shards(), want.len().div_ceil(SHARD_RECORDS));
+        // Full shards, but for the last of each half when the halves were built side by side.
+        let full = want.len().div_ceil(SHARD_RECORDS);
+        assert!(
+            (full..=full + 1).contains(&map.shards()),
+            "{} shards",
+            map.shards()
+        );
         let ord = map.ordered().expect("ordered");
         for w in want.iter().step_by(97) {
             let from = (Bound::Included(w.0.as_slice()), Bound::Unbounded);
