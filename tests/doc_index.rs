@@ -422,6 +422,61 @@ fn an_index_built_over_an_empty_container_leaves_its_key_directory_hashed() {
     assert!(!hashed(&db), "a cross-partition scan walks in key order");
 }
 
+/// A policy given to an empty container while a writer creates items in it: the build skips
+/// its walk only if the registration found the key directory empty, and every item written
+/// after the registration stages into the new set, so the index must hold every item, whether
+/// the registration came before the first write or between two. Checked against a scan.
+#[test]
+fn a_policy_set_while_writes_arrive_on_an_empty_container_misses_no_item() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = common::clock();
+    let db = Arc::new(open(dir.path(), &clock));
+    for round in 0..8 {
+        let id = format!("r{round}");
+        let c = db
+            .create_container(
+                ContainerProperties::new(&id, "/pk").with_default_ttl(DefaultTtl::NeverExpire),
+            )
+            .expect("container");
+        let writer = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for i in 0..400 {
+                    c.create_item(
+                        &json!({"id": format!("{i}"), "pk": format!("p{}", i % 3), "n": i % 4}),
+                    )
+                    .expect("create");
+                }
+            })
+        };
+        // Early in the writes, at a different point each round.
+        for _ in 0..round * 20 {
+            std::thread::yield_now();
+        }
+        let c = db
+            .replace_container(c.properties().with_included_paths(["/n/?"]))
+            .expect("replace");
+        writer.join().expect("writer");
+        let q = "SELECT VALUE c.id FROM c WHERE c.n = 1";
+        assert_eq!(
+            c.query_plan(&Query::new(q)).ok().as_deref(),
+            Some("index /n")
+        );
+        let mut want: Vec<String> = (0..400)
+            .filter(|i| i % 4 == 1)
+            .map(|i: i32| i.to_string())
+            .collect();
+        want.sort();
+        assert_eq!(ids(&c, q), want, "round {round}");
+        let scanned = "SELECT VALUE c.id FROM c WHERE c.n = 1 OR c.pk = 'none'";
+        assert_eq!(
+            c.query_plan(&Query::new(scanned)).ok().as_deref(),
+            Some("scan")
+        );
+        assert_eq!(ids(&c, scanned), want, "round {round}, scanned");
+    }
+}
+
 /// A writer moves a token between items with transactional batches (one item leaves
 /// `status = 'hot'`, another enters it, in one batch) while readers count and list the hot
 /// items through the index: they must always see exactly one.

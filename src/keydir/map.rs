@@ -74,23 +74,42 @@ const SHARD_RECORDS: usize = 1 << 14;
 const PARALLEL_ORDER_MIN: usize = if cfg!(test) { 1 << 10 } else { 1 << 16 };
 
 /// Sorts `entries` by key, keeps one of each key, and moves them into shards of
-/// [`SHARD_RECORDS`] appended to `out` (`entries` is left empty). `later`: these entries
-/// follow others in key order, so their first shard is given its first key too.
-fn sorted_shards(entries: &mut Vec<(Key, Entry)>, later: bool, out: &mut Vec<Shard>) {
+/// [`SHARD_RECORDS`] appended to `out` (what is left in `entries` holds nothing: empty keys).
+/// `later`: these entries follow others in key order, so their first shard is given its first
+/// key too.
+fn sorted_shards(entries: &mut [(Key, Entry)], later: bool, out: &mut Vec<Shard>) {
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    entries.dedup_by(|a, b| a.0 == b.0);
-    let mut rest = entries.drain(..).peekable();
-    let mut first = true;
-    while rest.peek().is_some() {
-        let tree: BTreeMap<Key, Entry> = rest.by_ref().take(SHARD_RECORDS).collect();
-        let start = if first && !later {
+    // One of each key, moved to the front (the repeats end up after `kept`).
+    let mut kept = 0;
+    for r in 0..entries.len() {
+        if kept == 0 || entries[r].0 != entries[kept - 1].0 {
+            entries.swap(kept, r);
+            kept += 1;
+        }
+    }
+    for (n, chunk) in entries[..kept].chunks_mut(SHARD_RECORDS).enumerate() {
+        let tree: BTreeMap<Key, Entry> = chunk
+            .iter_mut()
+            .map(|e| std::mem::replace(e, (Key::default(), HOLE)))
+            .collect();
+        let start = if n == 0 && !later {
             None
         } else {
             tree.keys().next().cloned()
         };
-        first = false;
         out.push((start, tree));
     }
+}
+
+/// How [`Ordered::from_unsorted`] sorts: on one core, on two (the upper half on a thread of
+/// its own), or split in two halves as on two cores but both done by the calling thread (what
+/// it does when no thread can be started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OrderOn {
+    OneCore,
+    TwoCores,
+    #[cfg_attr(not(test), allow(dead_code))]
+    NoThread,
 }
 
 /// A key's entry, found by [`KeyMap::entry`] for a decision and a change in one lookup.
@@ -1142,9 +1161,22 @@ impl Ordered {
     /// ms on one core, most of what a first scan pays to order a hashed map (DESIGN.md §3.1).
     /// If the thread cannot be started, the calling thread does both halves.
     #[must_use]
-    pub fn from_unsorted(mut all: Vec<(Key, Entry)>) -> Self {
-        let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-        if all.len() < PARALLEL_ORDER_MIN || !two_cores {
+    pub fn from_unsorted(all: Vec<(Key, Entry)>) -> Self {
+        let on = if all.len() >= PARALLEL_ORDER_MIN
+            && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+        {
+            OrderOn::TwoCores
+        } else {
+            OrderOn::OneCore
+        };
+        Self::from_unsorted_on(all, on)
+    }
+
+    /// [`Ordered::from_unsorted`], sorting as `on` says. The halves are sorted in place, in
+    /// the one buffer, and their entries moved out of it into the trees (a second buffer for
+    /// the upper half was half the copy again at the peak: 32 MB per million keys).
+    fn from_unsorted_on(mut all: Vec<(Key, Entry)>, on: OrderOn) -> Self {
+        if on == OrderOn::OneCore || all.len() < 2 {
             let mut shards = Vec::new();
             sorted_shards(&mut all, false, &mut shards);
             return Self::from_shards(shards);
@@ -1153,29 +1185,34 @@ impl Ordered {
         // Every key below `mid` is at most the key at `mid`, every key from it on at least:
         // only a key equal to that one can be in both halves.
         all.select_nth_unstable_by(mid, |a, b| a.0.cmp(&b.0));
-        let mut upper = all.split_off(mid);
-        let mut lower = all;
+        let (lower, upper) = all.split_at_mut(mid);
         let mut low_shards = Vec::new();
         let mut high_shards = Vec::new();
-        let spawned = std::thread::scope(|s| {
-            let upper_done = std::thread::Builder::new()
-                .name("ebbdb-order".into())
-                .spawn_scoped(s, || sorted_shards(&mut upper, true, &mut high_shards));
-            sorted_shards(&mut lower, false, &mut low_shards);
-            match upper_done {
-                Ok(handle) => {
-                    if let Err(panic) = handle.join() {
-                        std::panic::resume_unwind(panic);
+        let spawned = on == OrderOn::TwoCores
+            && std::thread::scope(|s| {
+                let upper_done = std::thread::Builder::new()
+                    .name("ebbdb-order".into())
+                    .spawn_scoped(s, || sorted_shards(upper, true, &mut high_shards));
+                sorted_shards(lower, false, &mut low_shards);
+                match upper_done {
+                    Ok(handle) => {
+                        if let Err(panic) = handle.join() {
+                            std::panic::resume_unwind(panic);
+                        }
+                        true
                     }
-                    true
+                    Err(_) => false,
                 }
-                Err(_) => false,
-            }
-        });
+            });
         if !spawned {
-            // No thread: the entries are still in `upper`.
-            sorted_shards(&mut upper, true, &mut high_shards);
+            // No thread (the entries are still in `upper`), or none asked for.
+            let (lower, upper) = all.split_at_mut(mid);
+            if low_shards.is_empty() {
+                sorted_shards(lower, false, &mut low_shards);
+            }
+            sorted_shards(upper, true, &mut high_shards);
         }
+        drop(all);
         // A key in both halves (the input held it twice): one is kept, as in one sort.
         let first_high = high_shards
             .first()
@@ -1288,9 +1325,10 @@ mod tests {
     }
 
     /// `Ordered::from_unsorted` keeps one entry per key, in key order, with every key in the
-    /// shard `shard_of` names, on one core and on two (from `PARALLEL_ORDER_MIN` entries):
-    /// random keys, keys given twice, a duplicate of the median key (the only key that can
-    /// fall in both halves), and input that is one key many times over.
+    /// shard `shard_of` names and no empty shard, whichever way it sorts (one core; two, with
+    /// a thread; two halves without one): random keys, keys given twice, a key given twice
+    /// at the split (the only key that can fall in both halves) with a lower half of one
+    /// shard and of one shard plus that key, and one key many times over.
     #[test]
     fn ordering_an_unsorted_copy_keeps_one_entry_per_key_in_order() {
         let key_of = |i: u64| {
@@ -1302,37 +1340,61 @@ mod tests {
             }
             Key::from_slice(&b)
         };
-        for n in [10u64, 700, 1024, 5000, 40_000] {
+        let check = |all: Vec<(Key, Entry)>, want: &[Key], what: &str| {
+            for on in [OrderOn::OneCore, OrderOn::TwoCores, OrderOn::NoThread] {
+                let o = Ordered::from_unsorted_on(all.clone(), on);
+                let got: Vec<Key> = o.shards.iter().flat_map(|t| t.keys().cloned()).collect();
+                assert_eq!(got, want, "{what}, {on:?}");
+                for (i, t) in o.shards.iter().enumerate() {
+                    assert!(
+                        !t.is_empty() || o.shards.len() == 1,
+                        "{what}, {on:?}: empty shard"
+                    );
+                    assert!(
+                        t.keys().all(|k| o.shard_of(k) == i),
+                        "{what}, {on:?}: misplaced"
+                    );
+                }
+                assert_eq!(o.starts.len() + 1, o.shards.len(), "{what}, {on:?}");
+            }
+        };
+        for n in [1u64, 10, 700, 5000, 40_000] {
             let mut all: Vec<(Key, Entry)> =
                 (0..n).map(|i| (key_of(i), Entry::at_seq(i))).collect();
-            // Every seventh key again, and the median key (by key order) twice more.
             all.extend((0..n).step_by(7).map(|i| (key_of(i), Entry::at_seq(i))));
-            let mut sorted: Vec<Key> = (0..n).map(key_of).collect();
+            let mut want: Vec<Key> = (0..n).map(key_of).collect();
+            want.sort();
+            check(all, &want, &format!("{n} keys, every seventh twice"));
+        }
+        // `m` distinct keys and the one at sorted place `mid - 1` again, so that the split at
+        // `mid = (m + 1) / 2` falls between its two copies: the lower half ends with one, the
+        // upper starts with the other. With a lower half of `SHARD_RECORDS + 1` distinct keys
+        // its last shard holds only that key, and is left empty when it is dropped.
+        for lower in [3usize, 100, SHARD_RECORDS, SHARD_RECORDS + 1] {
+            let m = 2 * lower - 1;
+            let mut want: Vec<Key> = (0..m as u64).map(key_of).collect();
+            want.sort();
+            let mid = m.div_ceil(2);
+            let twice = want[mid - 1].clone();
+            let mut all: Vec<(Key, Entry)> =
+                want.iter().map(|k| (k.clone(), Entry::at_seq(1))).collect();
+            all.push((twice.clone(), Entry::at_seq(2)));
+            let mut sorted: Vec<Key> = all.iter().map(|(k, _)| k.clone()).collect();
             sorted.sort();
-            let median = sorted[sorted.len() / 2].clone();
-            all.push((median.clone(), Entry::at_seq(1)));
-            all.push((median, Entry::at_seq(2)));
-            let o = Ordered::from_unsorted(all);
-            let got: Vec<Key> = o.shards.iter().flat_map(|t| t.keys().cloned()).collect();
-            assert_eq!(got, sorted, "n = {n}");
-            for (i, t) in o.shards.iter().enumerate() {
-                assert!(
-                    !t.is_empty() || o.shards.len() == 1,
-                    "n = {n}: an empty shard"
-                );
-                assert!(
-                    t.keys().all(|k| o.shard_of(k) == i),
-                    "n = {n}: a key out of its shard"
-                );
-            }
-            assert_eq!(o.starts.len() + 1, o.shards.len());
+            assert_eq!(all.len() / 2, mid);
+            assert!(
+                sorted[mid - 1] == twice && sorted[mid] == twice,
+                "the copies straddle"
+            );
+            check(
+                all,
+                &want,
+                &format!("a lower half of {lower} keys, its last one twice"),
+            );
         }
         for n in [3usize, 5000] {
             let all = vec![(k("same"), Entry::at_seq(0)); n];
-            let o = Ordered::from_unsorted(all);
-            let got: Vec<Key> = o.shards.iter().flat_map(|t| t.keys().cloned()).collect();
-            assert_eq!(got, vec![k("same")], "n = {n}");
-            assert_eq!(o.shards.len(), 1, "n = {n}");
+            check(all, &[k("same")], &format!("one key {n} times"));
         }
     }
 
@@ -1565,10 +1627,11 @@ mod tests {
         assert_eq!(entries(&map), want);
         // Full shards, but for the last of each half when the halves were built side by side.
         let full = want.len().div_ceil(SHARD_RECORDS);
+        let lens = map.shard_lens();
+        let partial = lens.iter().filter(|&&l| l < SHARD_RECORDS).count();
         assert!(
-            (full..=full + 1).contains(&map.shards()),
-            "{} shards",
-            map.shards()
+            (full..=full + 1).contains(&lens.len()) && partial <= lens.len() + 1 - full,
+            "{lens:?}"
         );
         let ord = map.ordered().expect("ordered");
         for w in want.iter().step_by(97) {

@@ -152,12 +152,13 @@ impl Picked {
 
     fn refill(&mut self) {
         let st = self.ks.core.state.read();
+        let end = self.keys.len().min(self.next + CHUNK);
+        // A hashed map: the chunk's slots asked for together, then found in cache one by one
+        // (before the scans' mutex and the segment set are taken, which writers also take).
+        st.map.prefetch((self.next..end).map(|i| self.keys.get(i)));
         let scans = self.ks.core.scans.lock();
         let set = self.ks.inner().segments.read();
         self.segs.clear();
-        let end = self.keys.len().min(self.next + CHUNK);
-        // A hashed map: the chunk's slots asked for together, then found in cache one by one.
-        st.map.prefetch((self.next..end).map(|i| self.keys.get(i)));
         for i in self.next..end {
             let k = self.keys.get(i);
             let entry = st.get(k);
