@@ -401,27 +401,25 @@ impl KeyspaceCore {
             // Ordered by the walk that held `ordering` before this one.
             return OrderedRead(RwLockWriteGuard::downgrade(st));
         }
+        let len = st.map.len();
         drop(st);
-        let mut chunks = Vec::new();
+        // One vector for the whole copy, sized before any lock is taken, with room for a
+        // chunk more at each lock (so the copy never grows it under the lock) and no second
+        // copy afterwards: chunks of their own, moved into one vector at the end, were a second
+        // copy of every entry (64 MB at 1 M keys).
+        let mut all: Vec<(Key, Entry)> = Vec::with_capacity(len + ORDER_COPY_SLOTS);
         let mut at = 0;
         loop {
-            let mut chunk = Vec::with_capacity(ORDER_COPY_SLOTS);
+            all.reserve(ORDER_COPY_SLOTS);
             let next = self
                 .state
                 .read()
                 .map
-                .copy_entries(at, ORDER_COPY_SLOTS, &mut chunk);
-            chunks.push(chunk);
+                .copy_entries(at, ORDER_COPY_SLOTS, &mut all);
             match next {
                 Some(next) => at = next,
                 None => break,
             }
-        }
-        // Moved chunk by chunk, each freed once moved (a `concat` copied them all while they
-        // were still held).
-        let mut all = Vec::with_capacity(chunks.iter().map(Vec::len).sum());
-        for chunk in chunks {
-            all.extend(chunk);
         }
         let mut ordered = Ordered::from_unsorted(all);
         let mut round = 0;

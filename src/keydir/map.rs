@@ -1118,7 +1118,6 @@ impl KeyMap {
     }
 
     /// Entries.
-    #[cfg(test)]
     #[must_use]
     pub fn len(&self) -> usize {
         match &self.layout {
