@@ -56,6 +56,29 @@ fn count(c: &Container, text: &str) -> u64 {
         .unwrap_or_else(|| panic!("{text}: no count"))
 }
 
+/// Asserts that `text` runs as `plan` says (`query_plan`) and returns exactly the ids
+/// `0..n` whose remainder by `m` is `r` (sorted as `ids` sorts them).
+/// `what` names the case in a failure.
+fn assert_ids_by_remainder(
+    c: &Container,
+    text: &str,
+    plan: &str,
+    (n, m, r): (i32, i32, i32),
+    what: &str,
+) {
+    assert_eq!(
+        c.query_plan(&Query::new(text)).ok().as_deref(),
+        Some(plan),
+        "{what}: {text}"
+    );
+    let mut want: Vec<String> = (0..n)
+        .filter(|i| i % m == r)
+        .map(|i| i.to_string())
+        .collect();
+    want.sort();
+    assert_eq!(ids(c, text), want, "{what}: {text}");
+}
+
 #[test]
 fn the_policy_round_trips_in_the_cosmos_shape() {
     let body = json!({"id": "c", "partitionKey": {"paths": ["/pk"]},
@@ -393,17 +416,13 @@ fn an_index_built_over_an_empty_container_leaves_its_key_directory_hashed() {
             .create_item(&json!({"id": format!("{i}"), "pk": "a", "n": i % 3}))
             .expect("create");
     }
-    let by_n = "SELECT VALUE c.id FROM c WHERE c.n = 2";
-    assert_eq!(
-        empty.query_plan(&Query::new(by_n)).ok().as_deref(),
-        Some("index /n")
+    assert_ids_by_remainder(
+        &empty,
+        "SELECT VALUE c.id FROM c WHERE c.n = 2",
+        "index /n",
+        (20, 3, 2),
+        "a policy given to an emptied container",
     );
-    let mut want: Vec<String> = (0..20)
-        .filter(|i| i % 3 == 2)
-        .map(|i: i32| i.to_string())
-        .collect();
-    want.sort();
-    assert_eq!(ids(&empty, by_n), want);
 
     // A scan orders the map; the index and the scan agree.
     let scanned = ids(
@@ -457,23 +476,11 @@ fn a_policy_set_while_writes_arrive_on_an_empty_container_misses_no_item() {
             .replace_container(c.properties().with_included_paths(["/n/?"]))
             .expect("replace");
         writer.join().expect("writer");
+        let what = format!("round {round}");
         let q = "SELECT VALUE c.id FROM c WHERE c.n = 1";
-        assert_eq!(
-            c.query_plan(&Query::new(q)).ok().as_deref(),
-            Some("index /n")
-        );
-        let mut want: Vec<String> = (0..400)
-            .filter(|i| i % 4 == 1)
-            .map(|i: i32| i.to_string())
-            .collect();
-        want.sort();
-        assert_eq!(ids(&c, q), want, "round {round}");
+        assert_ids_by_remainder(&c, q, "index /n", (400, 4, 1), &what);
         let scanned = "SELECT VALUE c.id FROM c WHERE c.n = 1 OR c.pk = 'none'";
-        assert_eq!(
-            c.query_plan(&Query::new(scanned)).ok().as_deref(),
-            Some("scan")
-        );
-        assert_eq!(ids(&c, scanned), want, "round {round}, scanned");
+        assert_ids_by_remainder(&c, scanned, "scan", (400, 4, 1), &what);
     }
 }
 
