@@ -24,8 +24,10 @@
 
 use std::collections::btree_map::{self, BTreeMap};
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hashbrown::hash_table::{self, HashTable};
+use smallvec::SmallVec;
 use std::ops::Bound;
 
 use super::{key_order, Entry, Key, WriteSecs};
@@ -204,6 +206,10 @@ impl Vacant<'_> {
 /// Index tables a hashed map is split into once it holds [`SPLIT_AT`] keys (one until then:
 /// a keyspace of a few keys, of which a store may have thousands, costs one empty table).
 const TABLES: usize = 512;
+
+/// Keys [`KeyMap::prefetch`] places on the stack (the callers ask for up to 1,024 at a time:
+/// a write batch's prefetch window, a reaper chunk, a merge part, a chunk of picked keys).
+const PREFETCH_KEYS: usize = 1024;
 
 /// Keys at which a hashed map's one index table is dealt into [`TABLES`] (once).
 const SPLIT_AT: usize = 1 << 16;
@@ -501,6 +507,19 @@ struct Hashed {
     /// The next index table [`Hashed::trim`] looks at, while it goes through them (a bounded
     /// number per call).
     shrink_at: Option<usize>,
+    /// Where each index table's buckets lie, for [`KeyMap::prefetch`] (a hint only), one per
+    /// table.
+    ends: Box<[TableEnd]>,
+}
+
+/// Where an index table's memory lies, as last seen by [`KeyMap::prefetch`]: the table's
+/// bucket count then, and the address at which its elements end and its control bytes begin
+/// (0: none known). A hint: a table reallocated to the same bucket count since leaves a stale
+/// address, which makes the prefetches useless, not wrong (a prefetch never faults).
+#[derive(Debug, Default)]
+struct TableEnd {
+    buckets: AtomicUsize,
+    end: AtomicUsize,
 }
 
 impl Hashed {
@@ -514,6 +533,46 @@ impl Hashed {
             touched_all: false,
             peak: 0,
             shrink_at: None,
+            ends: Box::new([TableEnd::default()]),
+        }
+    }
+
+    /// Where index table `t`'s elements end and its control bytes begin, if it has any
+    /// element. hashbrown lays a table out as the elements in reverse order (bucket `i` at
+    /// `end - (i + 1) * size_of::<u64>()`), then one control byte per bucket from `end`; a
+    /// lookup of hash `h` starts at bucket `h & (buckets - 1)`. Nothing here is read through
+    /// the address: it only aims prefetches.
+    fn table_end(&self, t: usize) -> Option<usize> {
+        let table = &self.index[t];
+        let seen = self.ends.get(t)?;
+        let buckets = table.num_buckets();
+        if seen.buckets.load(Ordering::Relaxed) != buckets {
+            let end = table
+                .iter_buckets()
+                .next()
+                .and_then(|i| {
+                    let at = std::ptr::from_ref(table.get_bucket(i)?) as usize;
+                    Some(at.wrapping_add((i + 1) * std::mem::size_of::<u64>()))
+                })
+                .unwrap_or(0);
+            seen.end.store(end, Ordering::Relaxed);
+            seen.buckets.store(buckets, Ordering::Relaxed);
+        }
+        let end = seen.end.load(Ordering::Relaxed);
+        (end != 0 && buckets > 0).then_some(end)
+    }
+
+    /// Asks for the control group and the element at the home bucket of stored bits `stored`
+    /// in index table `t`, without waiting for either.
+    #[inline]
+    fn prefetch_home(&self, t: usize, stored: u32) {
+        if let Some(end) = self.table_end(t) {
+            #[allow(clippy::cast_possible_truncation)] // the low bits pick the bucket
+            let at = spread(stored) as usize & (self.index[t].num_buckets() - 1);
+            crate::log::mmap::prefetch_addr(end.wrapping_add(at));
+            crate::log::mmap::prefetch_addr(
+                end.wrapping_sub((at + 1) * std::mem::size_of::<u64>()),
+            );
         }
     }
 
@@ -541,6 +600,8 @@ impl Hashed {
     #[inline]
     fn find(&self, key: &Key) -> Option<usize> {
         let (t, stored) = self.place(key);
+        // The element is asked for with the control bytes that lead to it, not after them.
+        self.prefetch_home(t, stored);
         let slots = &self.slab.slots;
         self.index[t]
             .find(spread(stored), |&v| {
@@ -557,6 +618,7 @@ impl Hashed {
         }
         let one = std::mem::take(&mut self.index);
         self.index = (0..TABLES).map(|_| HashTable::new()).collect();
+        self.ends = (0..TABLES).map(|_| TableEnd::default()).collect();
         for v in one.into_iter().flatten() {
             let t = self.table_of(stored_of(v));
             self.index[t].insert_unique(spread(stored_of(v)), v, |&w| spread(stored_of(w)));
@@ -911,11 +973,21 @@ impl KeyMap {
         let Layout::Hashed(h) = &self.layout else {
             return;
         };
-        let mut absent = 0;
+        // First the index tables: each key's first control group and bucket, for all the keys
+        // before any is looked up, so that their misses overlap (a lookup reads the control
+        // bytes, then the element they point to: two misses one after the other, and the
+        // processor had only a few keys' worth in flight at once).
+        let mut places: SmallVec<[(u32, u32); PREFETCH_KEYS]> = SmallVec::new();
         for key in keys {
             let stored = stored_bits(&h.keyed, key);
-            let t = h.table_of(stored);
-            match h.index[t].find(spread(stored), |&v| stored_of(v) == stored) {
+            #[allow(clippy::cast_possible_truncation)] // under TABLES
+            let t = h.table_of(stored) as u32;
+            places.push((t, stored));
+            h.prefetch_home(t as usize, stored);
+        }
+        let mut absent = 0;
+        for &(t, stored) in &places {
+            match h.index[t as usize].find(spread(stored), |&v| stored_of(v) == stored) {
                 // The key (for the comparison) and the entry: one cache line (`Line`).
                 Some(&v) => crate::log::mmap::prefetch_ref(&h.slab.slots[slot_of(v)]),
                 None => absent += 1,
@@ -1016,6 +1088,7 @@ impl KeyMap {
                 h.split_if_due();
                 h.touch(&key);
                 let (t, stored) = h.place(&key);
+                h.prefetch_home(t, stored);
                 let slots = &h.slab.slots;
                 let found = h.index[t].find_entry(spread(stored), |&v| {
                     stored_of(v) == stored && slots[slot_of(v)].0 == key
@@ -1535,6 +1608,50 @@ mod tests {
                     .next()
                     .is_none())
         );
+    }
+
+    /// The addresses `KeyMap::prefetch` aims at are where a lookup reads: for every index
+    /// table (one, then after the split all of them), `table_end` less a bucket's offset is
+    /// that bucket's element, and a key's element lies in the control group its hash starts
+    /// at (for nearly every key: a probe goes on to later groups only past a full group).
+    /// Fails if hashbrown lays its tables out, or starts its probes, differently.
+    #[test]
+    fn prefetches_aim_at_the_buckets_a_lookup_reads() {
+        let mut map = KeyMap::default();
+        for n in [1_000u64, 3 * SPLIT_AT as u64] {
+            let keys: Vec<Key> = (0..n)
+                .map(|i| Key::from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes()))
+                .collect();
+            for (i, key) in keys.iter().enumerate() {
+                map.insert(key.clone(), Entry::at_seq(i as u64));
+            }
+            map.prefetch(keys.iter());
+            let Layout::Hashed(h) = &map.layout else {
+                panic!("hashed");
+            };
+            let mut in_first_group = 0;
+            for key in &keys {
+                let (t, stored) = h.place(key);
+                let table = &h.index[t];
+                let end = h.table_end(t).expect("a table holding keys has an end");
+                let at = table
+                    .find_bucket_index(spread(stored), |&v| {
+                        stored_of(v) == stored && h.slab.slots[slot_of(v)].0 == *key
+                    })
+                    .expect("found");
+                let element = std::ptr::from_ref(table.get_bucket(at).expect("full")) as usize;
+                assert_eq!(end - (at + 1) * std::mem::size_of::<u64>(), element);
+                let mask = table.num_buckets() - 1;
+                let start = spread(stored) as usize & mask;
+                if (at.wrapping_sub(start) & mask) < 16 {
+                    in_first_group += 1;
+                }
+            }
+            assert!(
+                in_first_group * 10 >= keys.len() * 9,
+                "{in_first_group} of {n} keys in the group their probe starts at"
+            );
+        }
     }
 
     /// A map that starts empty is hashed and behaves as a B-tree for every point operation;

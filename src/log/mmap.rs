@@ -113,6 +113,21 @@ pub fn prefetch_ref<T>(value: &T) {
     let _ = value;
 }
 
+/// As [`prefetch_ref`], for an address that may not hold a value of the program's (where a
+/// hash table's bucket is expected to lie, say): nothing is read, and no address faults.
+#[inline]
+pub fn prefetch_addr(addr: usize) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: as in `prefetch_ref`; a prefetch of any address, valid or not, has no effect
+        // on the program but the cache.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
+    let _ = addr;
+}
+
 /// Lowers the calling thread's CPU priority by `steps` nice steps, best effort (a failure
 /// leaves it as it was). On Linux a thread has a nice value of its own, and `nice` changes the
 /// caller's only. Elsewhere it does nothing. The upkeep and reaper threads call it, so that a
