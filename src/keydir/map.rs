@@ -507,15 +507,16 @@ struct Hashed {
     /// The next index table [`Hashed::trim`] looks at, while it goes through them (a bounded
     /// number per call).
     shrink_at: Option<usize>,
-    /// Where each index table's buckets lie, for [`KeyMap::prefetch`] (a hint only), one per
-    /// table.
+    /// Where each index table's buckets lie, one per table, for the prefetches of lookups and
+    /// [`KeyMap::prefetch`] (a hint only).
     ends: Box<[TableEnd]>,
 }
 
-/// Where an index table's memory lies, as last seen by [`KeyMap::prefetch`]: the table's
-/// bucket count then, and the address at which its elements end and its control bytes begin
-/// (0: none known). A hint: a table reallocated to the same bucket count since leaves a stale
-/// address, which makes the prefetches useless, not wrong (a prefetch never faults).
+/// Where an index table's memory lies, as last seen by a lookup or [`KeyMap::prefetch`]: the
+/// table's bucket count then, and the address at which its elements end and its control
+/// bytes begin. A hint: the address only aims prefetches. Every reallocation of a hashbrown
+/// table changes its bucket count, so a stale address lasts only while a reader races the
+/// recomputation (a wasted prefetch, never a wrong answer).
 #[derive(Debug, Default)]
 struct TableEnd {
     buckets: AtomicUsize,
@@ -543,36 +544,43 @@ impl Hashed {
     /// lookup of hash `h` starts at bucket `h & (buckets - 1)`. Nothing here is read through
     /// the address: it only aims prefetches.
     fn table_end(&self, t: usize) -> Option<usize> {
+        debug_assert_eq!(self.ends.len(), self.index.len());
         let table = &self.index[t];
         let seen = self.ends.get(t)?;
         let buckets = table.num_buckets();
-        if seen.buckets.load(Ordering::Relaxed) != buckets {
-            let end = table
-                .iter_buckets()
-                .next()
-                .and_then(|i| {
-                    let at = std::ptr::from_ref(table.get_bucket(i)?) as usize;
-                    Some(at.wrapping_add((i + 1) * std::mem::size_of::<u64>()))
-                })
-                .unwrap_or(0);
-            seen.end.store(end, Ordering::Relaxed);
-            seen.buckets.store(buckets, Ordering::Relaxed);
+        if seen.buckets.load(Ordering::Acquire) == buckets {
+            return Some(seen.end.load(Ordering::Relaxed));
         }
-        let end = seen.end.load(Ordering::Relaxed);
-        (end != 0 && buckets > 0).then_some(end)
+        // A table with no element has nothing to aim at; it is looked at again next time
+        // (finding that no bucket is full costs next to nothing), not cached as empty.
+        let i = table.iter_buckets().next()?;
+        let at = std::ptr::from_ref(table.get_bucket(i)?).addr();
+        let end = at.wrapping_add((i + 1) * std::mem::size_of::<u64>());
+        seen.end.store(end, Ordering::Relaxed);
+        seen.buckets.store(buckets, Ordering::Release);
+        Some(end)
+    }
+
+    /// The addresses of the control group and of the element at the home bucket of stored
+    /// bits `stored` in index table `t` (where hashbrown's lookup starts), if known.
+    #[inline]
+    fn home(&self, t: usize, stored: u32) -> Option<(usize, usize)> {
+        let end = self.table_end(t)?;
+        #[allow(clippy::cast_possible_truncation)] // the low bits pick the bucket
+        let at = spread(stored) as usize & (self.index[t].num_buckets() - 1);
+        Some((
+            end.wrapping_add(at),
+            end.wrapping_sub((at + 1) * std::mem::size_of::<u64>()),
+        ))
     }
 
     /// Asks for the control group and the element at the home bucket of stored bits `stored`
     /// in index table `t`, without waiting for either.
     #[inline]
     fn prefetch_home(&self, t: usize, stored: u32) {
-        if let Some(end) = self.table_end(t) {
-            #[allow(clippy::cast_possible_truncation)] // the low bits pick the bucket
-            let at = spread(stored) as usize & (self.index[t].num_buckets() - 1);
-            crate::log::mmap::prefetch_addr(end.wrapping_add(at));
-            crate::log::mmap::prefetch_addr(
-                end.wrapping_sub((at + 1) * std::mem::size_of::<u64>()),
-            );
+        if let Some((control, element)) = self.home(t, stored) {
+            crate::log::mmap::prefetch_addr(control);
+            crate::log::mmap::prefetch_addr(element);
         }
     }
 
@@ -1633,16 +1641,30 @@ mod tests {
             for key in &keys {
                 let (t, stored) = h.place(key);
                 let table = &h.index[t];
-                let end = h.table_end(t).expect("a table holding keys has an end");
+                let (control, home) = h.home(t, stored).expect("a table holding keys");
+                let mask = table.num_buckets() - 1;
+                let start = spread(stored) as usize & mask;
+                let address = |i: usize| table.get_bucket(i).map(|v| std::ptr::from_ref(v).addr());
+                // The element aimed at is the home bucket's, wherever hashbrown keeps it.
+                if let Some(at_home) = address(start) {
+                    assert_eq!(home, at_home, "the home element");
+                }
+                // The control bytes, one per bucket, are taken to begin where the elements end
+                // (hashbrown shows no address of them: this only ties the two together).
+                assert_eq!(
+                    control - start,
+                    home + (start + 1) * std::mem::size_of::<u64>()
+                );
                 let at = table
                     .find_bucket_index(spread(stored), |&v| {
                         stored_of(v) == stored && h.slab.slots[slot_of(v)].0 == *key
                     })
                     .expect("found");
-                let element = std::ptr::from_ref(table.get_bucket(at).expect("full")) as usize;
-                assert_eq!(end - (at + 1) * std::mem::size_of::<u64>(), element);
-                let mask = table.num_buckets() - 1;
-                let start = spread(stored) as usize & mask;
+                assert_eq!(
+                    address(at),
+                    Some(home.wrapping_add(start.wrapping_sub(at).wrapping_mul(8))),
+                    "elements lie in reverse bucket order"
+                );
                 if (at.wrapping_sub(start) & mask) < 16 {
                     in_first_group += 1;
                 }

@@ -1,6 +1,8 @@
 //! The crate's only `unsafe`: mapping sealed segment files read-only, prefetch hints over
-//! mapped records ([`prefetch`]) and key-directory entries ([`prefetch_ref`]), and lowering a
-//! background thread's CPU priority ([`lower_thread_priority`]).
+//! mapped records ([`prefetch`]), key-directory entries ([`prefetch_ref`]) and the addresses
+//! where a key's index bucket is expected to lie ([`prefetch_addr`], which may be given a
+//! stale address), and lowering a background thread's CPU priority
+//! ([`lower_thread_priority`]).
 //!
 //! Soundness argument (also in DESIGN.md, "mmap"): a mapping is undefined behaviour in Rust only
 //! if the bytes change while a `&[u8]` over them is alive. We map a file only once it is
@@ -122,7 +124,7 @@ pub fn prefetch_addr(addr: usize) {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         // SAFETY: as in `prefetch_ref`; a prefetch of any address, valid or not, has no effect
         // on the program but the cache.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::without_provenance(addr)) };
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
     let _ = addr;
@@ -149,7 +151,25 @@ pub const PREFETCH_MAX: usize = 4096;
 
 #[cfg(test)]
 mod tests {
-    use super::prefetch;
+    use super::{prefetch, prefetch_addr};
+
+    /// A hint at any address, unmapped, null or the last one, neither faults nor panics.
+    #[test]
+    fn a_prefetch_of_any_address_does_not_fault() {
+        let on_stack = 7u64;
+        for addr in [
+            0,
+            1,
+            4096,
+            usize::MAX,
+            usize::MAX - 63,
+            1 << 47,
+            std::ptr::from_ref(&on_stack).addr(),
+        ] {
+            prefetch_addr(addr);
+        }
+        assert_eq!(on_stack, 7);
+    }
 
     /// A hint over any slice, empty, shorter than a line, unaligned or longer than
     /// `PREFETCH_MAX`, neither panics (slicing to the cap, the last byte of an empty slice)
