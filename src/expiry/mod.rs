@@ -129,24 +129,23 @@ impl Inner {
     /// delivered advances only when nothing due is left and nothing is in flight.
     pub(crate) fn reap_upto(&self, limit: usize, min_backlog: usize) -> Result<usize> {
         let now = self.now_s();
-        let taken: Vec<(u64, Timer)> = {
+        let (taken, handled) = {
             let mut ex = self.expiry.lock();
             ex.fired_through = ex.fired_through.max(now);
             let due = ex.timers.due(now);
             let n = if due > min_backlog { limit.min(due) } else { 0 };
-            let mut taken = Vec::with_capacity(n);
-            ex.timers.take(now, n, &mut taken);
-            ex.in_flight += taken.len();
+            let mut taken = Vec::new();
+            let count = ex.timers.take(now, n, &mut taken);
+            ex.in_flight += count;
             self.reap_backlog
-                .store((due - taken.len()) as u64, Ordering::Relaxed);
+                .store((due - count) as u64, Ordering::Relaxed);
             let through = match ex.timers.next_deadline() {
                 Some(at) if at <= now => at - 1,
                 _ => now,
             };
             self.handled_through.fetch_max(through, Ordering::Relaxed);
-            taken
+            (taken, count)
         };
-        let handled = taken.len();
         let expired = self.handle_fired(now, taken);
         let complete = {
             let mut ex = self.expiry.lock();
@@ -182,19 +181,18 @@ impl Inner {
     /// yet are reported by the next session, as before.
     pub(crate) fn finish_fired_timers(&self) {
         let now = self.now_s();
-        let (taken, through) = {
+        let (taken, handled, through) = {
             let mut ex = self.expiry.lock();
             if ex.published_through <= ex.reaped_upto {
                 return;
             }
             let through = ex.fired_through.min(now);
             let mut taken = Vec::new();
-            ex.timers.take(through, usize::MAX, &mut taken);
-            ex.in_flight += taken.len();
+            let count = ex.timers.take(through, usize::MAX, &mut taken);
+            ex.in_flight += count;
             self.reap_backlog.store(0, Ordering::Relaxed);
-            (taken, through)
+            (taken, count, through)
         };
-        let handled = taken.len();
         let expired = self.handle_fired(now, taken);
         self.expirations
             .fetch_add(expired as u64, Ordering::Relaxed);
@@ -217,12 +215,16 @@ impl Inner {
 
     /// Handles fired timers: frees the entries that are due, re-arms the ones whose deadline
     /// moved later, drops stale ones, publishes events. Returns how many items expired.
-    fn handle_fired(&self, now: u64, fired: Vec<(u64, Timer)>) -> usize {
+    /// `fired` comes as runs of one second each, as [`Timers::take`] moved them.
+    fn handle_fired(&self, now: u64, fired: Vec<(u64, Vec<Timer>)>) -> usize {
         if fired.is_empty() {
             return 0;
         }
         let want_events = self.has_subscribers();
         let mut by_keyspace: Vec<(u32, Vec<(u64, Timer)>)> = Vec::new();
+        let fired = fired
+            .into_iter()
+            .flat_map(|(at, run)| run.into_iter().map(move |timer| (at, timer)));
         for (at, timer) in fired {
             match by_keyspace.iter_mut().find(|(id, _)| *id == timer.keyspace) {
                 Some((_, list)) => list.push((at, timer)),
@@ -367,17 +369,17 @@ impl Inner {
             let timers = {
                 let mut ex = self.expiry.lock();
                 let t = ex.timers.take_bucket(at);
-                ex.in_flight += t.len();
+                ex.in_flight += t.iter().map(Vec::len).sum::<usize>();
                 t
             };
-            let n = timers.len();
+            let n = timers.iter().map(Vec::len).sum::<usize>();
             let mut keep = Vec::with_capacity(n);
             // A key can have two timers at one second (disarmed, then armed at that second
             // again); only one of them is in charge.
             let mut kept_keys: std::collections::HashSet<(u32, crate::keydir::Key)> =
                 std::collections::HashSet::new();
             let mut by_keyspace: Vec<(u32, Vec<Timer>)> = Vec::new();
-            for timer in timers {
+            for timer in timers.into_iter().flatten() {
                 match by_keyspace.iter_mut().find(|(id, _)| *id == timer.keyspace) {
                     Some((_, list)) => list.push(timer),
                     None => by_keyspace.push((timer.keyspace, vec![timer])),

@@ -281,8 +281,17 @@ impl Timers {
     }
 
     /// Takes up to `limit` timers due at or before `upto`, earliest second first, into `out`
-    /// with their seconds (each timer is moved into `out`; an emptied chunk is freed).
-    pub(crate) fn take(&mut self, upto: u64, limit: usize, out: &mut Vec<(u64, Timer)>) {
+    /// as runs of one second each, and returns how many it took. Whole chunks are moved, not
+    /// their timers: the owner holds the expiry lock here, which every write that files a
+    /// timer needs, and copying 65,536 timers one by one into a fresh vector held it 4–13 ms
+    /// in a mixed-TTL run (DESIGN.md §11). Only a chunk split by `limit` is copied (its last
+    /// timers, at most a chunk's worth).
+    pub(crate) fn take(
+        &mut self,
+        upto: u64,
+        limit: usize,
+        out: &mut Vec<(u64, Vec<Timer>)>,
+    ) -> usize {
         let mut want = limit;
         while want > 0 {
             let Some(mut first) = self.buckets.first_entry() else {
@@ -298,10 +307,12 @@ impl Timers {
                     break;
                 };
                 let n = chunk.len().min(want);
-                out.extend(chunk.drain(chunk.len() - n..).map(|t| (at, t)));
-                if chunk.is_empty() {
-                    bucket.chunks.pop();
-                }
+                let run = if n == chunk.len() {
+                    bucket.chunks.pop().unwrap_or_default()
+                } else {
+                    chunk.split_off(chunk.len() - n)
+                };
+                out.push((at, run));
                 bucket.len -= n;
                 self.len -= n;
                 want -= n;
@@ -310,19 +321,17 @@ impl Timers {
                 first.remove();
             }
         }
+        limit - want
     }
 
-    /// Removes and returns the whole bucket of second `at` (for a sweep).
-    pub(crate) fn take_bucket(&mut self, at: u64) -> Vec<Timer> {
+    /// Removes and returns the whole bucket of second `at` (for a sweep), as its chunks: moved,
+    /// not copied, for the same reason as [`Timers::take`].
+    pub(crate) fn take_bucket(&mut self, at: u64) -> Vec<Vec<Timer>> {
         let Some(bucket) = self.buckets.remove(&at) else {
             return Vec::new();
         };
         self.len -= bucket.len;
-        let mut all = Vec::with_capacity(bucket.len);
-        for chunk in bucket.chunks {
-            all.extend(chunk);
-        }
-        all
+        bucket.chunks
     }
 
     /// The seconds that have timers, after `after`.
@@ -360,6 +369,45 @@ mod tests {
             keyspace: (i % 3) as u32,
             key: Key::from_slice(&i.to_be_bytes()),
         }
+    }
+
+    /// `Timers::take`, flattened: checks the count it returns and that no run is empty.
+    fn take_flat(t: &mut Timers, upto: u64, limit: usize) -> Vec<(u64, Timer)> {
+        let mut runs = Vec::new();
+        let n = t.take(upto, limit, &mut runs);
+        assert!(runs.iter().all(|(_, run)| !run.is_empty()));
+        let flat: Vec<(u64, Timer)> = runs
+            .into_iter()
+            .flat_map(|(at, run)| run.into_iter().map(move |t| (at, t)))
+            .collect();
+        assert_eq!(flat.len(), n);
+        flat
+    }
+
+    /// A take moves whole chunks (their buffers leave the bucket as they are); only the chunk
+    /// the limit splits is copied, and what stays of it stays in the bucket.
+    #[test]
+    fn take_moves_whole_chunks() {
+        let mut t = Timers::default();
+        for i in 0..3_000u64 {
+            t.insert(7, timer(i));
+        }
+        let buffers: Vec<*const Timer> = t.buckets[&7].chunks.iter().map(|c| c.as_ptr()).collect();
+        assert!(buffers.len() > 3);
+        let last = t.buckets[&7].chunks.last().map_or(0, Vec::len);
+        let mut runs = Vec::new();
+        assert_eq!(t.take(7, last + 100, &mut runs), last + 100);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].1.as_ptr(), buffers[buffers.len() - 1], "moved, not copied");
+        assert_eq!(runs[1].1.len(), 100);
+        assert!(!buffers.contains(&runs[1].1.as_ptr()), "the split part is a copy");
+        let left = &t.buckets[&7];
+        assert_eq!(left.len, 3_000 - last - 100);
+        assert_eq!(left.chunks.iter().map(Vec::len).sum::<usize>(), left.len);
+        assert_eq!(t.len(), left.len);
+        assert_eq!(take_flat(&mut t, 7, usize::MAX).len(), 3_000 - last - 100);
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.next_deadline(), None);
     }
 
     /// Filing timers at once gives the set inserting them one by one gives (the same timers
@@ -405,10 +453,10 @@ mod tests {
                 t.insert(1_000, timer(1 << 40));
             }
             let drain = |t: &mut Timers| {
-                let mut out = Vec::new();
-                t.take(u64::MAX, usize::MAX, &mut out);
-                let mut v: Vec<(u64, Vec<u8>)> =
-                    out.into_iter().map(|(at, t)| (at, t.key.to_vec())).collect();
+                let mut v: Vec<(u64, Vec<u8>)> = take_flat(t, u64::MAX, usize::MAX)
+                    .into_iter()
+                    .map(|(at, t)| (at, t.key.to_vec()))
+                    .collect();
                 v.sort_unstable();
                 v
             };
@@ -449,8 +497,7 @@ mod tests {
         assert_eq!(a.seconds_after(0), (10..19).collect::<Vec<_>>());
         assert_eq!(a.due(13), 240);
         assert_eq!(a.due(14), 300 + 60);
-        let mut out = Vec::new();
-        a.take(u64::MAX, usize::MAX, &mut out);
+        let out = take_flat(&mut a, u64::MAX, usize::MAX);
         assert_eq!(out.len(), 600);
         assert!(out.iter().all(|(at, t)| {
             let i = u64::from_be_bytes(t.key.as_slice().try_into().expect("8-byte key"));
@@ -470,19 +517,18 @@ mod tests {
         assert_eq!(t.due(99), 0);
         assert_eq!(t.due(100), 200);
         assert_eq!(t.due(149), 10_000);
-        let mut out = Vec::new();
-        t.take(99, 1_000, &mut out);
+        let mut out = take_flat(&mut t, 99, 1_000);
         assert!(out.is_empty(), "nothing is due before 100");
-        t.take(120, 1_500, &mut out);
+        out.extend(take_flat(&mut t, 120, 1_500));
         assert_eq!(out.len(), 1_500);
         assert!(out.windows(2).all(|w| w[0].0 <= w[1].0), "earliest first");
         assert!(out.iter().all(|(at, _)| *at <= 120));
-        t.take(120, usize::MAX, &mut out);
+        out.extend(take_flat(&mut t, 120, usize::MAX));
         assert_eq!(out.len(), 21 * 200, "every timer due by 120");
         assert_eq!(t.len(), 10_000 - 21 * 200);
         assert_eq!(t.next_deadline(), Some(121));
         // Every timer came out exactly once, at the second it was inserted at.
-        t.take(u64::MAX, usize::MAX, &mut out);
+        out.extend(take_flat(&mut t, u64::MAX, usize::MAX));
         assert_eq!(t.len(), 0);
         let mut seen: Vec<u64> = out
             .iter()
@@ -504,8 +550,12 @@ mod tests {
         }
         assert_eq!(t.seconds_after(10), vec![11, 12, 13]);
         assert_eq!(t.seconds_after(u64::MAX), Vec::<u64>::new());
-        let b = t.take_bucket(12);
+        let b: Vec<Timer> = t.take_bucket(12).into_iter().flatten().collect();
         assert_eq!(b.len(), 25);
+        assert!(b.iter().all(|tm| {
+            let i = u64::from_be_bytes(tm.key.as_slice().try_into().expect("8-byte key"));
+            i % 4 == 2
+        }));
         assert_eq!(t.len(), 75);
         assert!(t.take_bucket(12).is_empty());
         assert_eq!(t.due(13), 75);

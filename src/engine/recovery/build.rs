@@ -418,7 +418,7 @@ mod tests {
             file_timers(&maps, &deadlines, 2, SHARD_RECORDS).take(u64::MAX, usize::MAX, &mut out);
             let mut got: Vec<(u64, u32, Key)> = out
                 .into_iter()
-                .map(|(at, t)| (at, t.keyspace, t.key))
+                .flat_map(|(at, run)| run.into_iter().map(move |t| (at, t.keyspace, t.key)))
                 .collect();
             got.sort_unstable();
             let mut want: Vec<(u64, u32, Key)> = built
@@ -499,7 +499,10 @@ mod tests {
     fn fired(t: &mut Timers) -> Vec<(u64, Key)> {
         let mut out = Vec::new();
         t.take(u64::MAX, usize::MAX, &mut out);
-        let mut all: Vec<_> = out.into_iter().map(|(at, t)| (at, t.key)).collect();
+        let mut all: Vec<_> = out
+            .into_iter()
+            .flat_map(|(at, run)| run.into_iter().map(move |t| (at, t.key)))
+            .collect();
         all.sort_unstable();
         all
     }
