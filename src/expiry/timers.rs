@@ -405,7 +405,17 @@ mod tests {
         assert_eq!(left.len, 3_000 - last - 100);
         assert_eq!(left.chunks.iter().map(Vec::len).sum::<usize>(), left.len);
         assert_eq!(t.len(), left.len);
-        assert_eq!(take_flat(&mut t, 7, usize::MAX).len(), 3_000 - last - 100);
+        // The split chunk stays the bucket's last, in its own buffer and capacity, so the
+        // next timer of that second goes into its room, not into a new chunk.
+        let split = left.chunks.last().expect("a chunk left");
+        assert_eq!(split.as_ptr(), buffers[buffers.len() - 2]);
+        let (room, chunks) = (split.capacity() - split.len(), left.chunks.len());
+        assert!(room >= 100);
+        t.insert(7, timer(9_999));
+        let left = &t.buckets[&7];
+        assert_eq!(left.chunks.len(), chunks);
+        assert_eq!(left.chunks.last().map(|c| c.capacity() - c.len()), Some(room - 1));
+        assert_eq!(take_flat(&mut t, 7, usize::MAX).len(), 3_000 - last - 100 + 1);
         assert_eq!(t.len(), 0);
         assert_eq!(t.next_deadline(), None);
     }
