@@ -366,13 +366,13 @@ impl Inner {
         };
         let mut dropped = 0;
         for at in seconds {
-            let timers = {
+            let (timers, n) = {
                 let mut ex = self.expiry.lock();
                 let t = ex.timers.take_bucket(at);
-                ex.in_flight += t.iter().map(Vec::len).sum::<usize>();
-                t
+                let n = t.iter().map(Vec::len).sum::<usize>();
+                ex.in_flight += n;
+                (t, n)
             };
-            let n = timers.iter().map(Vec::len).sum::<usize>();
             let mut keep = Vec::with_capacity(n);
             // A key can have two timers at one second (disarmed, then armed at that second
             // again); only one of them is in charge.
