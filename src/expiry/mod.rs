@@ -216,16 +216,13 @@ impl Inner {
     /// Handles fired timers: frees the entries that are due, re-arms the ones whose deadline
     /// moved later, drops stale ones, publishes events. Returns how many items expired.
     /// `fired` comes as runs of one second each, as [`Timers::take`] moved them.
-    fn handle_fired(&self, now: u64, fired: Vec<(u64, Vec<Timer>)>) -> usize {
+    fn handle_fired(&self, now: u64, fired: timers::Runs) -> usize {
         if fired.is_empty() {
             return 0;
         }
         let want_events = self.has_subscribers();
         let mut by_keyspace: Vec<(u32, Vec<(u64, Timer)>)> = Vec::new();
-        let fired = fired
-            .into_iter()
-            .flat_map(|(at, run)| run.into_iter().map(move |timer| (at, timer)));
-        for (at, timer) in fired {
+        for (at, timer) in timers::each_timer(fired) {
             match by_keyspace.iter_mut().find(|(id, _)| *id == timer.keyspace) {
                 Some((_, list)) => list.push((at, timer)),
                 None => by_keyspace.push((timer.keyspace, vec![(at, timer)])),

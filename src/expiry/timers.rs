@@ -232,6 +232,16 @@ impl Bucket {
     }
 }
 
+/// Timers taken out by [`Timers::take`]: runs of one second each, as their chunks left the
+/// buckets.
+pub(crate) type Runs = Vec<(u64, Vec<Timer>)>;
+
+/// Each timer of `runs` with its second, in the order taken.
+pub(crate) fn each_timer(runs: Runs) -> impl Iterator<Item = (u64, Timer)> {
+    runs.into_iter()
+        .flat_map(|(at, run)| run.into_iter().map(move |t| (at, t)))
+}
+
 /// Pending expiry timers by second.
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
@@ -286,12 +296,7 @@ impl Timers {
     /// timer needs, and copying 65,536 timers one by one into a fresh vector held it 4–13 ms
     /// in a mixed-TTL run (DESIGN.md §11). Only a chunk split by `limit` is copied (its last
     /// timers, at most a chunk's worth).
-    pub(crate) fn take(
-        &mut self,
-        upto: u64,
-        limit: usize,
-        out: &mut Vec<(u64, Vec<Timer>)>,
-    ) -> usize {
+    pub(crate) fn take(&mut self, upto: u64, limit: usize, out: &mut Runs) -> usize {
         let mut want = limit;
         while want > 0 {
             let Some(mut first) = self.buckets.first_entry() else {
@@ -376,10 +381,7 @@ mod tests {
         let mut runs = Vec::new();
         let n = t.take(upto, limit, &mut runs);
         assert!(runs.iter().all(|(_, run)| !run.is_empty()));
-        let flat: Vec<(u64, Timer)> = runs
-            .into_iter()
-            .flat_map(|(at, run)| run.into_iter().map(move |t| (at, t)))
-            .collect();
+        let flat: Vec<(u64, Timer)> = each_timer(runs).collect();
         assert_eq!(flat.len(), n);
         flat
     }

@@ -416,9 +416,8 @@ mod tests {
             assert_eq!(deadlines.count, 1_000);
             let mut out = Vec::new();
             file_timers(&maps, &deadlines, 2, SHARD_RECORDS).take(u64::MAX, usize::MAX, &mut out);
-            let mut got: Vec<(u64, u32, Key)> = out
-                .into_iter()
-                .flat_map(|(at, run)| run.into_iter().map(move |t| (at, t.keyspace, t.key)))
+            let mut got: Vec<(u64, u32, Key)> = crate::expiry::timers::each_timer(out)
+                .map(|(at, t)| (at, t.keyspace, t.key))
                 .collect();
             got.sort_unstable();
             let mut want: Vec<(u64, u32, Key)> = built
@@ -499,9 +498,8 @@ mod tests {
     fn fired(t: &mut Timers) -> Vec<(u64, Key)> {
         let mut out = Vec::new();
         t.take(u64::MAX, usize::MAX, &mut out);
-        let mut all: Vec<_> = out
-            .into_iter()
-            .flat_map(|(at, run)| run.into_iter().map(move |t| (at, t.key)))
+        let mut all: Vec<_> = crate::expiry::timers::each_timer(out)
+            .map(|(at, t)| (at, t.key))
             .collect();
         all.sort_unstable();
         all
