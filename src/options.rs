@@ -84,6 +84,7 @@ pub struct Options {
     pub(crate) max_reclaim_lag: Duration,
     pub(crate) tick_interval: Duration,
     pub(crate) use_hints: bool,
+    pub(crate) warm_on_open: bool,
     /// Records per key-directory shard when open builds a keyspace's map (and the timer count
     /// from which open files timers in ranges on several threads): see `recovery::build`.
     /// Only the `test-hooks` feature changes it, so that small test stores take the sharded
@@ -114,6 +115,7 @@ impl Default for Options {
             max_reclaim_lag: Duration::from_secs(600),
             tick_interval: Duration::from_millis(250),
             use_hints: true,
+            warm_on_open: true,
             open_shard_records: crate::engine::OPEN_SHARD_RECORDS,
             hint_every_segment: false,
             close_seal_bytes: crate::engine::CLOSE_SEAL_BYTES,
@@ -134,6 +136,7 @@ impl fmt::Debug for Options {
             .field("max_reclaim_lag", &self.max_reclaim_lag)
             .field("tick_interval", &self.tick_interval)
             .field("use_hints", &self.use_hints)
+            .field("warm_on_open", &self.warm_on_open)
             .field("open_shard_records", &self.open_shard_records)
             .field("hint_every_segment", &self.hint_every_segment)
             .field("close_seal_bytes", &self.close_seal_bytes)
@@ -273,6 +276,18 @@ impl Options {
     #[must_use]
     pub fn use_hints(mut self, on: bool) -> Self {
         self.use_hints = on;
+        self
+    }
+
+    /// Whether opening reads the sealed segments into the OS page cache in the background
+    /// (default true), newest first, as many as fit in half of the memory the OS reports
+    /// available (`MemAvailable`, lowered to what the process's memory cgroup has left). The
+    /// first reads after a restart then find their record in memory instead of waiting for
+    /// a 4 KiB disk read each. Off, a store reads from disk only what is asked for: for a
+    /// machine whose page cache is better spent on other files.
+    #[must_use]
+    pub fn warm_on_open(mut self, on: bool) -> Self {
+        self.warm_on_open = on;
         self
     }
 }

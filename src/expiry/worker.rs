@@ -10,7 +10,7 @@
 //! failure never wedges them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -56,6 +56,8 @@ pub struct WorkerHandle {
     reaper: Option<(Sender<()>, JoinHandle<()>)>,
     /// The sync thread and its channel.
     sync: Option<(Sender<Message>, JoinHandle<()>)>,
+    /// The thread warming the page cache after open, and the flag that stops it.
+    warm: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
 
 impl WorkerHandle {
@@ -74,6 +76,10 @@ impl WorkerHandle {
 
     /// Stops the threads and waits for them.
     pub fn shutdown(mut self) {
+        if let Some((stop, thread)) = self.warm.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+        }
         if let Some((tx, thread)) = self.sync.take() {
             let _ = tx.send(Message::Shutdown);
             let _ = thread.join();
@@ -285,7 +291,9 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
         thread: Some(thread),
         reaper,
         sync: None,
+        warm: None,
     };
+    let inner_for_warm = Arc::clone(&inner_for_sync);
     match spawn_sync(inner_for_sync) {
         Ok(sync) => handle.sync = Some(sync),
         Err(e) => {
@@ -293,7 +301,29 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
             return Err(e);
         }
     }
+    if inner_for_warm.opts.warm_on_open {
+        // Best effort: a store whose warming thread cannot start reads from disk as asked.
+        handle.warm = spawn_warm(inner_for_warm).ok();
+    }
     Ok(handle)
+}
+
+/// Starts the thread that reads the sealed segments into the page cache after open
+/// (`log::warm`). It holds the segments of the moment, newest first; a merge that retires one
+/// meanwhile only delays the file's deletion until the thread lets go (milliseconds: it asks
+/// for the reads and does not wait for them).
+fn spawn_warm(inner: Arc<Inner>) -> Result<(Arc<AtomicBool>, JoinHandle<()>)> {
+    let segs: Vec<_> = inner.segments.read().sealed.values().rev().cloned().collect();
+    drop(inner);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name("ebbdb-warm".into())
+        .spawn(move || {
+            crate::log::mmap::lower_thread_priority(BACKGROUND_NICE);
+            crate::log::warm::warm(&segs, crate::log::warm::room(), &stopped);
+        })?;
+    Ok((stop, thread))
 }
 
 /// Starts the sync thread: it commits rotations (`Inner::commit_rotations`: fsyncs and a

@@ -13,6 +13,7 @@ pub(crate) mod active;
 pub(crate) mod lock;
 pub(crate) mod mmap;
 pub(crate) mod segment;
+pub(crate) mod warm;
 
 hooked_mod!(manifest);
 hooked_mod!(scan);

@@ -108,6 +108,21 @@ impl Segment {
         self.damaged.load(Ordering::SeqCst)
     }
 
+    /// Asks the kernel to start reading `len` bytes at `offset` into the page cache
+    /// (`MADV_WILLNEED`), without waiting for them. Best effort: a failure is ignored, and a
+    /// range past the end is cut to it.
+    pub fn will_need(&self, offset: usize, len: usize) {
+        #[cfg(unix)]
+        if let Some(m) = &self.map {
+            let len = len.min(m.len().saturating_sub(offset));
+            if len > 0 {
+                let _ = m.advise_range(memmap2::Advice::WillNeed, offset, len);
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (offset, len);
+    }
+
     /// All bytes of the file.
     #[must_use]
     pub fn bytes(&self) -> &[u8] {

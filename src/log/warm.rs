@@ -1,0 +1,215 @@
+//! Warming the page cache after open: the sealed segments are read into the OS page cache in
+//! the background, newest first, when they fit well within the memory the OS has to spare.
+//!
+//! Sealed segments are mapped with `MADV_RANDOM` (point reads are random, and read-around of
+//! a store larger than memory multiplies the disk reads: DESIGN.md §9, "Read-ahead"), so right
+//! after a restart each first read of a page is a 4 KiB disk read. Asking for the whole file
+//! up front turns those into large sequential reads. The ask is `MADV_WILLNEED` over ranges of
+//! [`STEP`]: the kernel starts the reads and returns, and caps one call at its read-ahead
+//! window, so the whole file takes one call per window.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::segment::Segment;
+
+/// Bytes asked for per call: the kernel reads at most its read-ahead window (128 KiB by
+/// default) per `MADV_WILLNEED`, whatever the length asked.
+pub(crate) const STEP: usize = 128 << 10;
+
+/// The share of the spare memory that warming may fill: half, so that warming never pushes
+/// out much of what is already cached, and a store that only just fits is left alone.
+const SHARE_DIVISOR: u64 = 2;
+
+/// How many of `lens` (segment lengths, newest first) to warm: the longest prefix whose total
+/// stays within `room / 2`. Nothing when `room` is unknown.
+#[must_use]
+pub(crate) fn plan(lens: &[u64], room: Option<u64>) -> usize {
+    let Some(room) = room else { return 0 };
+    let budget = room / SHARE_DIVISOR;
+    let mut total = 0u64;
+    lens.iter()
+        .take_while(|&&len| {
+            total = total.saturating_add(len);
+            total <= budget
+        })
+        .count()
+}
+
+/// The bytes the OS reports available (`MemAvailable` of `/proc/meminfo`), lowered to what
+/// the process's memory cgroup has left below its limit, if it has one. `None` where this
+/// cannot be read (other systems): then nothing is warmed.
+#[must_use]
+pub(crate) fn room() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let available = mem_available(&meminfo)?;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|text| cgroup_room(&text, |path| std::fs::read_to_string(path).ok()));
+    Some(cgroup.map_or(available, |c| c.min(available)))
+}
+
+/// `MemAvailable` from the text of `/proc/meminfo`, in bytes.
+fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// What the memory cgroup named in `proc_self_cgroup` (the text of `/proc/self/cgroup`) has
+/// left below its limit: cgroup v2's `memory.max` − `memory.current`, or v1's
+/// `memory.limit_in_bytes` − `memory.usage_in_bytes`. `None` for no cgroup or no limit.
+/// `read` reads a file (a parameter so that tests need no cgroup).
+fn cgroup_room(proc_self_cgroup: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let number = |path: String| -> Option<u64> { read(&path)?.trim().parse().ok() };
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let path = path.trim_end_matches('/');
+        let (limit, usage) = if id == "0" && controllers.is_empty() {
+            let base = format!("/sys/fs/cgroup{path}");
+            // "max" (no limit) does not parse: no room to report.
+            (
+                number(format!("{base}/memory.max")),
+                number(format!("{base}/memory.current")),
+            )
+        } else if controllers.split(',').any(|c| c == "memory") {
+            let base = format!("/sys/fs/cgroup/memory{path}");
+            (
+                number(format!("{base}/memory.limit_in_bytes")),
+                number(format!("{base}/memory.usage_in_bytes")),
+            )
+        } else {
+            continue;
+        };
+        if let (Some(limit), Some(usage)) = (limit, usage) {
+            return Some(limit.saturating_sub(usage));
+        }
+    }
+    None
+}
+
+/// Asks for `segs` (newest first) to be read into the page cache, as many as [`plan`] allows
+/// for `room`; stops early once `stop` is set. Returns the bytes asked for.
+pub(crate) fn warm(segs: &[Arc<Segment>], room: Option<u64>, stop: &AtomicBool) -> u64 {
+    let lens: Vec<u64> = segs.iter().map(|s| s.len()).collect();
+    let mut asked = 0u64;
+    for seg in &segs[..plan(&lens, room)] {
+        let len = seg.bytes().len();
+        let mut at = 0;
+        while at < len {
+            if stop.load(Ordering::Relaxed) {
+                return asked;
+            }
+            let n = STEP.min(len - at);
+            seg.will_need(at, n);
+            asked += n as u64;
+            at += n;
+        }
+    }
+    asked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_takes_the_newest_that_fit_in_half_the_room() {
+        assert_eq!(plan(&[10, 10, 10], None), 0);
+        assert_eq!(plan(&[10, 10, 10], Some(60)), 3);
+        assert_eq!(plan(&[10, 10, 10], Some(59)), 2);
+        assert_eq!(plan(&[10, 10, 10], Some(40)), 2);
+        assert_eq!(plan(&[10, 10, 10], Some(39)), 1);
+        assert_eq!(plan(&[30, 1], Some(40)), 0, "a prefix only: a too-big newest stops it");
+        assert_eq!(plan(&[], Some(100)), 0);
+        assert_eq!(plan(&[u64::MAX, 1], Some(u64::MAX)), 0);
+    }
+
+    #[test]
+    fn mem_available_reads_kib() {
+        let text = "MemTotal:       24598124 kB\nMemFree:  100 kB\nMemAvailable:   24234940 kB\n";
+        assert_eq!(mem_available(text), Some(24_234_940 * 1024));
+        assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(mem_available("MemAvailable: lots\n"), None);
+    }
+
+    fn files(entries: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: std::collections::HashMap<String, String> = entries
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        move |path| map.get(path).cloned()
+    }
+
+    #[test]
+    fn cgroup_room_reads_v2_and_v1_limits() {
+        let v2 = files(&[
+            ("/sys/fs/cgroup/app/memory.max", "1000\n"),
+            ("/sys/fs/cgroup/app/memory.current", "300\n"),
+        ]);
+        assert_eq!(cgroup_room("0::/app\n", &v2), Some(700));
+        let unlimited = files(&[
+            ("/sys/fs/cgroup/app/memory.max", "max\n"),
+            ("/sys/fs/cgroup/app/memory.current", "300\n"),
+        ]);
+        assert_eq!(cgroup_room("0::/app\n", &unlimited), None);
+        let root = files(&[
+            ("/sys/fs/cgroup/memory.max", "500\n"),
+            ("/sys/fs/cgroup/memory.current", "800\n"),
+        ]);
+        assert_eq!(cgroup_room("0::/\n", &root), Some(0), "over the limit: no room");
+
+        let v1 = files(&[
+            ("/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "4096"),
+            ("/sys/fs/cgroup/memory/box/memory.usage_in_bytes", "1024"),
+        ]);
+        let text = "9:name=systemd:/\n4:memory:/box\n1:cpu,cpuacct:/\n0::/\n";
+        assert_eq!(cgroup_room(text, &v1), Some(3072));
+        assert_eq!(cgroup_room("4:cpu:/box\n", &v1), None);
+        assert_eq!(cgroup_room("garbage\n", &v1), None);
+    }
+
+    #[test]
+    fn warm_asks_for_whole_files_and_stops_when_told() -> crate::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let opts = crate::Options::default()
+            .sync(crate::SyncPolicy::Never)
+            .segment_size(64 << 10);
+        let store = crate::Store::open_with(dir.path(), opts)?;
+        let ks = store.create_keyspace("k", crate::DefaultTtl::Off)?;
+        for i in 0..2000u32 {
+            ks.put(i.to_be_bytes(), [1u8; 100])?;
+        }
+        drop(ks);
+        drop(store);
+        let mut ids = Vec::new();
+        for e in std::fs::read_dir(dir.path())? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name.strip_suffix(".seg").and_then(|n| n.parse::<u32>().ok()) {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let mut segs = Vec::new();
+        for id in ids {
+            segs.push(Arc::new(Segment::open(dir.path(), id)?));
+        }
+        assert!(segs.len() >= 2, "the puts filled more than one segment");
+        let total: u64 = segs.iter().map(|s| s.len()).sum();
+        let stop = AtomicBool::new(false);
+        assert_eq!(warm(&segs, Some(2 * total), &stop), total);
+        let first = segs[0].len();
+        assert_eq!(warm(&segs, Some(2 * first), &stop), first, "the newest only");
+        assert_eq!(warm(&segs, Some(0), &stop), 0);
+        assert_eq!(warm(&segs, None, &stop), 0);
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(warm(&segs, Some(2 * total), &stop), 0);
+        Ok(())
+    }
+}
