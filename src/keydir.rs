@@ -314,6 +314,16 @@ impl KeyspaceState {
             .filter(|e| !ttl::is_expired(self.expires_at(e), now))
     }
 
+    /// As [`KeyspaceState::live`], calling `hint` with where the index remembers the
+    /// entry's record before the entry is read (see `KeyMap::get_hinted`): a reader starts
+    /// loading the record then, instead of after the entry arrived.
+    #[inline]
+    pub fn live_hinted(&self, key: &[u8], now: u64, hint: impl FnOnce(u32, u32)) -> Option<&Entry> {
+        self.map
+            .get_hinted(&Key::from_slice(key), hint)
+            .filter(|e| !ttl::is_expired(self.expires_at(e), now))
+    }
+
     /// The entry for `key`, live or not. The map is searched with `key` as a [`Key`], so its
     /// comparisons are [`key_order`]'s, eight bytes at a time inline, rather than a `memcmp`
     /// call each; a key longer than [`INLINE`] costs an allocation for that, and still wins
@@ -323,9 +333,10 @@ impl KeyspaceState {
         self.map.get(&Key::from_slice(key))
     }
 
-    /// As [`KeyspaceState::get`], mutable.
-    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        self.map.get_mut(&Key::from_slice(key))
+    /// Points `key`'s entry at the merge output `to` (file, offset) if it is still record
+    /// `seq` at `from`; false if it is gone or was replaced meanwhile.
+    pub fn relocate(&mut self, key: &[u8], seq: u64, from: (u32, u32), to: (u32, u32)) -> bool {
+        self.map.relocate(&Key::from_slice(key), seq, from, to)
     }
 
     /// True if `key` has an entry.

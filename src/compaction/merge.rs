@@ -826,15 +826,7 @@ fn run_locked(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Comp
             // The part's entries asked for together, then found in cache one by one.
             st.map.prefetch(part.iter().map(|m| &m.key));
             for m in part {
-                let moved = match st.get_mut(&m.key) {
-                    Some(e) if (e.file, e.offset) == m.from && e.seq == m.seq => {
-                        e.file = m.to.0;
-                        e.offset = m.to.1;
-                        true
-                    }
-                    _ => false,
-                };
-                if !moved {
+                if !st.relocate(&m.key, m.seq, m.from, m.to) {
                     *superseded.entry(m.to.0).or_default() += u64::from(m.len);
                 }
             }

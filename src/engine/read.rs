@@ -16,6 +16,10 @@ use crate::keydir::{Entry, KeyspaceState};
 use crate::log::active::ActiveFile;
 use crate::log::segment::Segment;
 
+/// Cache lines a lookup prefetches from a record's start: a 16-byte key and a 100-byte value
+/// behind a 20-byte header span three lines at most offsets.
+const RECORD_LINES: usize = 3;
+
 /// Where an entry's bytes live.
 #[derive(Debug, Clone)]
 pub(crate) enum SegRef {
@@ -24,6 +28,26 @@ pub(crate) enum SegRef {
 }
 
 impl SegRef {
+    /// The segment's file id.
+    fn id(&self) -> u32 {
+        match self {
+            SegRef::Sealed(s) => s.id,
+            SegRef::Active(a) => a.id,
+        }
+    }
+
+    /// Starts loading the first cache lines from `offset` on into the caches, without waiting
+    /// (`mmap::prefetch_addr`: nothing is read, no address faults). Nothing where `offset` is
+    /// not mapped.
+    fn prefetch_at(&self, offset: u32) {
+        if let Some(first) = self.mapped(offset, 1) {
+            let at = first.as_ptr().addr();
+            for line in 0..RECORD_LINES {
+                crate::log::mmap::prefetch_addr(at + line * 64);
+            }
+        }
+    }
+
     /// The bytes at `offset` where they are mapped (a sealed segment, or the flushed part of
     /// the active one), unchecked.
     pub(crate) fn mapped(&self, offset: u32, len: u32) -> Option<&[u8]> {
@@ -37,22 +61,39 @@ impl SegRef {
 impl Inner {
     /// The segment holding `e`. Call while holding the keyspace's read lock.
     pub(crate) fn locate(&self, e: &Entry) -> Option<SegRef> {
-        let set = self.segments.read();
-        if set.active.id == e.file {
-            return Some(SegRef::Active(Arc::clone(&set.active)));
-        }
-        set.sealed.get(&e.file).cloned().map(SegRef::Sealed)
+        self.locate_file(e.file)
     }
 
-    /// The live entry for `key` at `now` and where it lives.
+    /// Segment `file`, if it is in the set.
+    fn locate_file(&self, file: u32) -> Option<SegRef> {
+        let set = self.segments.read();
+        if set.active.id == file {
+            return Some(SegRef::Active(Arc::clone(&set.active)));
+        }
+        set.sealed.get(&file).cloned().map(SegRef::Sealed)
+    }
+
+    /// The live entry for `key` at `now` and where it lives. The record is asked for from
+    /// where the key directory's index remembers it while the entry is still being loaded,
+    /// and that segment is kept if the entry agrees (DESIGN.md §3.1, "The record's place in
+    /// the index").
     pub(crate) fn lookup(
         &self,
         st: &KeyspaceState,
         key: &[u8],
         now: u64,
     ) -> Option<(Entry, SegRef)> {
-        let e = *st.live(key, now)?;
-        let seg = self.locate(&e)?;
+        let mut early = None;
+        let e = *st.live_hinted(key, now, |file, offset| {
+            if let Some(seg) = self.locate_file(file) {
+                seg.prefetch_at(offset);
+                early = Some(seg);
+            }
+        })?;
+        let seg = match early {
+            Some(seg) if seg.id() == e.file => seg,
+            _ => self.locate(&e)?,
+        };
         Some((e, seg))
     }
 

@@ -128,7 +128,7 @@ pub enum Occupied<'m> {
     Tree(btree_map::OccupiedEntry<'m, Key, Entry>),
     #[doc(hidden)]
     Hash {
-        index: hash_table::OccupiedEntry<'m, u64>,
+        index: hash_table::OccupiedEntry<'m, Elem>,
         slab: &'m mut Slab,
     },
 }
@@ -139,7 +139,7 @@ pub enum Vacant<'m> {
     Tree(btree_map::VacantEntry<'m, Key, Entry>),
     #[doc(hidden)]
     Hash {
-        index: &'m mut HashTable<u64>,
+        index: &'m mut HashTable<Elem>,
         slab: &'m mut Slab,
         key: Key,
         stored: u32,
@@ -164,8 +164,12 @@ impl Occupied<'_> {
         }
     }
 
-    /// Replaces the entry with `e`, returning the old one.
+    /// Replaces the entry with `e`, returning the old one (and, in a hashed map, points the
+    /// index element's hint at `e`'s record).
     pub fn insert(&mut self, e: Entry) -> Entry {
+        if let Self::Hash { index, .. } = self {
+            index.get_mut().aim(&e);
+        }
         std::mem::replace(self.get_mut(), e)
     }
 
@@ -194,8 +198,9 @@ impl Vacant<'_> {
                 key,
                 stored,
             } => {
+                let element = Elem::new(0, stored, &e);
                 let slot = slab.alloc(key, e);
-                index.insert_unique(spread(stored), pack(slot, stored), |&v| {
+                index.insert_unique(spread(stored), Elem { slot, ..element }, |&v| {
                     spread(stored_of(v))
                 });
             }
@@ -251,7 +256,9 @@ fn picks() -> &'static [u16; PICKS] {
 /// so a byte slice gives the same bits).
 #[inline]
 fn stored_bits<K: std::hash::Hash + ?Sized>(keyed: &Keyed, key: &K) -> u32 {
-    stored_of(keyed.hash_one(key) >> 32)
+    #[allow(clippy::cast_possible_truncation)] // the high half, on purpose
+    let bits = (keyed.hash_one(key) >> 32) as u32;
+    bits
 }
 
 /// The index table of a key with stored bits `stored`, in a map of `tables` tables (one, or
@@ -264,22 +271,48 @@ fn table_for(picks: &[u16; PICKS], tables: usize, stored: u32) -> usize {
     usize::from(picks[(stored as usize >> 8) % PICKS])
 }
 
-/// An index element: a slab slot (high half) and the key's hash bits 32..64 (low half).
-#[inline]
-fn pack(slot: u32, stored: u32) -> u64 {
-    (u64::from(slot) << 32) | u64::from(stored)
+/// An index element: a slab slot, the key's hash bits 32..64, and where the entry's record
+/// was when the element was last written. That place is a hint: a lookup reads it in the
+/// element it has just found and starts loading the record while the slot's cache line is
+/// still on its way, so the record's miss overlaps the slot's instead of following it
+/// (DESIGN.md §3.1, "The record's place in the index"). A change of an entry in place
+/// ([`Occupied::get_mut`], [`KeyMap::get_mut`]) leaves it stale: the reader then prefetches
+/// the wrong bytes and finds the record where the entry says, as without a hint.
+#[derive(Debug, Clone, Copy)]
+pub struct Elem {
+    slot: u32,
+    stored: u32,
+    file: u32,
+    offset: u32,
+}
+
+impl Elem {
+    #[inline]
+    fn new(slot: u32, stored: u32, e: &Entry) -> Self {
+        Self {
+            slot,
+            stored,
+            file: e.file,
+            offset: e.offset,
+        }
+    }
+
+    /// Points the hint at `e`'s record.
+    #[inline]
+    fn aim(&mut self, e: &Entry) {
+        self.file = e.file;
+        self.offset = e.offset;
+    }
 }
 
 #[inline]
-fn slot_of(v: u64) -> usize {
-    (v >> 32) as usize
+fn slot_of(v: Elem) -> usize {
+    v.slot as usize
 }
 
 #[inline]
-fn stored_of(v: u64) -> u32 {
-    #[allow(clippy::cast_possible_truncation)] // the low half, on purpose
-    let s = v as u32;
-    s
+fn stored_of(v: Elem) -> u32 {
+    v.stored
 }
 
 /// The index tables' hash of an element, from its stored 32 bits alone (so a table grows
@@ -492,7 +525,7 @@ impl Slab {
 /// [`TABLES`] of unequal shares, [`picks`]).
 #[derive(Debug)]
 struct Hashed {
-    index: Vec<HashTable<u64>>,
+    index: Vec<HashTable<Elem>>,
     slab: Slab,
     keyed: Keyed,
     picks: &'static [u16; PICKS],
@@ -540,7 +573,7 @@ impl Hashed {
 
     /// Where index table `t`'s elements end and its control bytes begin, if it has any
     /// element. hashbrown lays a table out as the elements in reverse order (bucket `i` at
-    /// `end - (i + 1) * size_of::<u64>()`), then one control byte per bucket from `end`; a
+    /// `end - (i + 1) * size_of::<Elem>()`), then one control byte per bucket from `end`; a
     /// lookup of hash `h` starts at bucket `h & (buckets - 1)`. Nothing here is read through
     /// the address: it only aims prefetches.
     fn table_end(&self, t: usize) -> Option<usize> {
@@ -555,7 +588,7 @@ impl Hashed {
         // (finding that no bucket is full costs next to nothing), not cached as empty.
         let i = table.iter_buckets().next()?;
         let at = std::ptr::from_ref(table.get_bucket(i)?).addr();
-        let end = at.wrapping_add((i + 1) * std::mem::size_of::<u64>());
+        let end = at.wrapping_add((i + 1) * std::mem::size_of::<Elem>());
         seen.end.store(end, Ordering::Relaxed);
         seen.buckets.store(buckets, Ordering::Release);
         Some(end)
@@ -570,7 +603,7 @@ impl Hashed {
         let at = spread(stored) as usize & (self.index[t].num_buckets() - 1);
         Some((
             end.wrapping_add(at),
-            end.wrapping_sub((at + 1) * std::mem::size_of::<u64>()),
+            end.wrapping_sub((at + 1) * std::mem::size_of::<Elem>()),
         ))
     }
 
@@ -674,7 +707,7 @@ impl Hashed {
                 let key = self.slab.slots[last].0.clone();
                 let (t, stored) = self.place(&key);
                 if let Some(v) = self.index[t].find_mut(spread(stored), |&v| slot_of(v) == last) {
-                    *v = pack(hole, stored);
+                    v.slot = hole;
                 }
                 // The copy of an ordering in progress may have passed the hole already.
                 self.touch(&key);
@@ -1019,7 +1052,81 @@ impl KeyMap {
         }
     }
 
+    /// As [`KeyMap::get`], calling `hint` with the file and offset an index element of a
+    /// hashed map remembers for the entry (see [`Elem`]) before the entry itself is read, so
+    /// that the caller can start loading the record meanwhile. Called at most once, for the
+    /// first element whose stored hash bits match (nearly always the key's own); never for an
+    /// ordered map, and never for a key with no entry but a clash of 32 hash bits.
+    #[inline]
+    pub(super) fn get_hinted(&self, key: &Key, hint: impl FnOnce(u32, u32)) -> Option<&Entry> {
+        match &self.layout {
+            Layout::Hashed(h) => {
+                let (t, stored) = h.place(key);
+                h.prefetch_home(t, stored);
+                let slots = &h.slab.slots;
+                let mut hint = Some(hint);
+                h.index[t]
+                    .find(spread(stored), |&v| {
+                        if stored_of(v) != stored {
+                            return false;
+                        }
+                        let line = &slots[slot_of(v)];
+                        if let Some(hint) = hint.take() {
+                            // The slot's line first, then the record: both on their way
+                            // before either is waited for.
+                            crate::log::mmap::prefetch_ref(line);
+                            hint(v.file, v.offset);
+                        }
+                        line.0 == *key
+                    })
+                    .map(|&v| &slots[slot_of(v)].1)
+            }
+            Layout::Ordered(o) => o.shards[o.shard_of(key)].get(key),
+        }
+    }
+
+    /// Moves `key`'s entry to the record at `to` (file, offset) if it is still record `seq`
+    /// at `from`: what a merge does for each record it copied. In a hashed map the index
+    /// element's hint moves with it. False if the entry is gone or was replaced.
+    pub(super) fn relocate(
+        &mut self,
+        key: &Key,
+        seq: u64,
+        from: (u32, u32),
+        to: (u32, u32),
+    ) -> bool {
+        let moved = |e: &mut Entry| {
+            let ours = (e.file, e.offset) == from && e.seq == seq;
+            if ours {
+                (e.file, e.offset) = to;
+            }
+            ours
+        };
+        match &mut self.layout {
+            Layout::Hashed(h) => {
+                h.touch(key);
+                let (t, stored) = h.place(key);
+                let slots = &h.slab.slots;
+                let Some(v) = h.index[t].find_mut(spread(stored), |&v| {
+                    stored_of(v) == stored && slots[slot_of(v)].0 == *key
+                }) else {
+                    return false;
+                };
+                let ours = moved(&mut h.slab.slots[slot_of(*v)].1);
+                if ours {
+                    (v.file, v.offset) = to;
+                }
+                ours
+            }
+            Layout::Ordered(o) => {
+                let i = o.shard_of(key);
+                o.shards[i].get_mut(key).is_some_and(moved)
+            }
+        }
+    }
+
     /// As [`KeyMap::get`], mutable.
+    #[cfg(test)]
     pub(super) fn get_mut(&mut self, key: &Key) -> Option<&mut Entry> {
         match &mut self.layout {
             Layout::Hashed(h) => {
@@ -1404,6 +1511,85 @@ mod tests {
         map.iter().map(|(k, e)| (k.clone(), *e)).collect()
     }
 
+    /// What [`KeyMap::get_hinted`] tells before the entry is read, and the entry it returns.
+    fn hinted(map: &KeyMap, key: &Key) -> (Option<(u32, u32)>, Option<Entry>) {
+        let mut hint = None;
+        let e = map.get_hinted(key, |file, offset| hint = Some((file, offset)));
+        (hint, e.copied())
+    }
+
+    /// An index element remembers where its entry's record lies: set by an insert, moved by
+    /// an overwrite, by a merge's relocation (only of the record it copied) and with a trim's
+    /// move of the entry into a hole; left stale by a change in place, when the entry read is
+    /// still the map's. An ordered map gives no hint.
+    #[test]
+    fn index_elements_remember_where_the_record_lies() {
+        let at = |seq: u64, file: u32, offset: u32| Entry {
+            file,
+            offset,
+            ..Entry::at_seq(seq)
+        };
+        let name = |i: u32| k(&format!("k{i}"));
+        let mut map = KeyMap::default();
+        let n = u32::try_from(SPLIT_AT).expect("small") + 3000;
+        for i in 0..n {
+            map.insert(name(i), at(u64::from(i), 1, i * 10));
+        }
+        assert_eq!(hinted(&map, &name(5)), (Some((1, 50)), Some(at(5, 1, 50))));
+        assert_eq!(map.insert(name(5), at(900, 2, 7)), Some(at(5, 1, 50)));
+        assert_eq!(hinted(&map, &name(5)), (Some((2, 7)), Some(at(900, 2, 7))));
+        assert!(
+            !map.relocate(&name(5), 5, (2, 7), (3, 64)),
+            "an older record"
+        );
+        assert!(
+            !map.relocate(&name(5), 900, (2, 8), (3, 64)),
+            "another place"
+        );
+        assert!(!map.relocate(&k("absent"), 900, (2, 7), (3, 64)));
+        assert!(map.relocate(&name(5), 900, (2, 7), (3, 64)));
+        assert_eq!(
+            hinted(&map, &name(5)),
+            (Some((3, 64)), Some(at(900, 3, 64)))
+        );
+        map.get_mut(&name(6)).expect("present").file = 9;
+        assert_eq!(
+            hinted(&map, &name(6)),
+            (Some((1, 60)), Some(at(6, 9, 60))),
+            "stale hint, the entry as changed"
+        );
+        assert_eq!(hinted(&map, &k("absent")).1, None);
+
+        // Removing the lower keys leaves holes that trims fill from the slab's end.
+        for i in 10..n / 2 {
+            assert!(map.remove(&name(i)).is_some());
+        }
+        let slots_before = match &map.layout {
+            Layout::Hashed(h) => h.slab.slots.len(),
+            Layout::Ordered(_) => unreachable!("hashed"),
+        };
+        for _ in 0..64 {
+            map.trim();
+        }
+        let Layout::Hashed(h) = &map.layout else {
+            unreachable!("hashed")
+        };
+        assert!(
+            h.slab.slots.len() < slots_before,
+            "entries moved into holes"
+        );
+        for i in n / 2..n {
+            let e = at(u64::from(i), 1, i * 10);
+            assert_eq!(hinted(&map, &name(i)), (Some((1, i * 10)), Some(e)));
+        }
+
+        map.make_ordered();
+        assert_eq!(
+            hinted(&map, &name(n - 1)),
+            (None, Some(at(u64::from(n - 1), 1, (n - 1) * 10)))
+        );
+    }
+
     /// `Ordered::from_unsorted` keeps one entry per key, in key order, with every key in the
     /// shard `shard_of` names and no empty shard, whichever way it sorts (one core; two, with
     /// a thread; two halves without one): random keys, keys given twice, a key given twice
@@ -1653,7 +1839,7 @@ mod tests {
                 // (hashbrown shows no address of them: this only ties the two together).
                 assert_eq!(
                     control - start,
-                    home + (start + 1) * std::mem::size_of::<u64>()
+                    home + (start + 1) * std::mem::size_of::<Elem>()
                 );
                 let at = table
                     .find_bucket_index(spread(stored), |&v| {
@@ -1662,7 +1848,13 @@ mod tests {
                     .expect("found");
                 assert_eq!(
                     address(at),
-                    Some(home.wrapping_add(start.wrapping_sub(at).wrapping_mul(8))),
+                    Some(
+                        home.wrapping_add(
+                            start
+                                .wrapping_sub(at)
+                                .wrapping_mul(std::mem::size_of::<Elem>())
+                        )
+                    ),
                     "elements lie in reverse bucket order"
                 );
                 if (at.wrapping_sub(start) & mask) < 16 {
