@@ -309,9 +309,9 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
 }
 
 /// Starts the thread that reads the sealed segments into the page cache after open
-/// (`log::warm`). It holds the segments of the moment, newest first; a merge that retires one
-/// meanwhile only delays the file's deletion until the thread lets go (milliseconds: it asks
-/// for the reads and does not wait for them).
+/// (`log::warm`). It holds the segments of the moment, newest first, and lets each go once
+/// warmed, or as soon as it sees that a merge retired it (whose file is deleted only when its
+/// last holder lets go).
 fn spawn_warm(inner: Arc<Inner>) -> Result<(Arc<AtomicBool>, JoinHandle<()>)> {
     let segs: Vec<_> = inner.segments.read().sealed.values().rev().cloned().collect();
     drop(inner);
@@ -321,7 +321,7 @@ fn spawn_warm(inner: Arc<Inner>) -> Result<(Arc<AtomicBool>, JoinHandle<()>)> {
         .name("ebbdb-warm".into())
         .spawn(move || {
             crate::log::mmap::lower_thread_priority(BACKGROUND_NICE);
-            crate::log::warm::warm(&segs, crate::log::warm::room(), &stopped);
+            crate::log::warm::warm(segs, crate::log::warm::room(), &stopped);
         })?;
     Ok((stop, thread))
 }

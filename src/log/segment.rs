@@ -154,6 +154,12 @@ impl Segment {
         &self.path
     }
 
+    /// True once a merge retired this segment (its files go when the last holder lets go).
+    #[must_use]
+    pub fn is_obsolete(&self) -> bool {
+        self.obsolete.load(Ordering::SeqCst)
+    }
+
     /// Unlink the files once the last holder drops this segment.
     pub fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::SeqCst);

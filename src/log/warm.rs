@@ -58,51 +58,65 @@ fn mem_available(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// What the memory cgroup named in `proc_self_cgroup` (the text of `/proc/self/cgroup`) has
-/// left below its limit: cgroup v2's `memory.max` − `memory.current`, or v1's
-/// `memory.limit_in_bytes` − `memory.usage_in_bytes`. `None` for no cgroup or no limit.
-/// `read` reads a file (a parameter so that tests need no cgroup).
+/// What the memory cgroups named in `proc_self_cgroup` (the text of `/proc/self/cgroup`)
+/// have left below their limits: the least, over the process's cgroup and every cgroup above
+/// it (a limit set on a parent binds its children), of cgroup v2's `memory.max` −
+/// `memory.current` or v1's `memory.limit_in_bytes` − `memory.usage_in_bytes`. The levels
+/// are looked for under the cgroup file system's mount; inside a container that mount is
+/// the container's own cgroup and the path the kernel names does not exist there, so the
+/// mount's top level counts too. `None` where no level has a limit (v2's "max" does not
+/// parse). `read` reads a file (a parameter so that tests need no cgroup).
 fn cgroup_room(proc_self_cgroup: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
     let number = |path: String| -> Option<u64> { read(&path)?.trim().parse().ok() };
+    let mut least: Option<u64> = None;
     for line in proc_self_cgroup.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
         else {
             continue;
         };
-        let path = path.trim_end_matches('/');
-        let (limit, usage) = if id == "0" && controllers.is_empty() {
-            let base = format!("/sys/fs/cgroup{path}");
-            // "max" (no limit) does not parse: no room to report.
-            (
-                number(format!("{base}/memory.max")),
-                number(format!("{base}/memory.current")),
-            )
+        let (mount, limit_file, usage_file) = if id == "0" && controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max", "memory.current")
         } else if controllers.split(',').any(|c| c == "memory") {
-            let base = format!("/sys/fs/cgroup/memory{path}");
             (
-                number(format!("{base}/memory.limit_in_bytes")),
-                number(format!("{base}/memory.usage_in_bytes")),
+                "/sys/fs/cgroup/memory",
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
             )
         } else {
             continue;
         };
-        if let (Some(limit), Some(usage)) = (limit, usage) {
-            return Some(limit.saturating_sub(usage));
+        // The cgroup itself, then each parent, up to the mount's top level.
+        let mut level = path.trim_end_matches('/');
+        loop {
+            let dir = format!("{mount}{level}");
+            let limit = number(format!("{dir}/{limit_file}"));
+            let usage = number(format!("{dir}/{usage_file}"));
+            if let (Some(limit), Some(usage)) = (limit, usage) {
+                let room = limit.saturating_sub(usage);
+                least = Some(least.map_or(room, |l| l.min(room)));
+            }
+            if level.is_empty() {
+                break;
+            }
+            level = level.rsplit_once('/').map_or("", |(parent, _)| parent);
         }
     }
-    None
+    least
 }
 
 /// Asks for `segs` (newest first) to be read into the page cache, as many as [`plan`] allows
-/// for `room`; stops early once `stop` is set. Returns the bytes asked for.
-pub(crate) fn warm(segs: &[Arc<Segment>], room: Option<u64>, stop: &AtomicBool) -> u64 {
+/// for `room`; stops early once `stop` is set. The segments past the plan are let go at once,
+/// each planned one as soon as it is done, and one that a merge retires meanwhile is dropped
+/// where it is: holding it would keep its file on disk. Returns the bytes asked for.
+pub(crate) fn warm(mut segs: Vec<Arc<Segment>>, room: Option<u64>, stop: &AtomicBool) -> u64 {
     let lens: Vec<u64> = segs.iter().map(|s| s.len()).collect();
+    segs.truncate(plan(&lens, room));
     let mut asked = 0u64;
-    for seg in &segs[..plan(&lens, room)] {
+    for seg in segs {
         let len = seg.bytes().len();
         let mut at = 0;
-        while at < len {
+        while at < len && !seg.is_obsolete() {
             if stop.load(Ordering::Relaxed) {
                 return asked;
             }
@@ -176,6 +190,39 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_room_takes_the_least_over_the_parents() {
+        // v2: the limit is on the parent slice, the process's own cgroup has none.
+        let nested = files(&[
+            ("/sys/fs/cgroup/limited.slice/memory.max", "157286400\n"),
+            ("/sys/fs/cgroup/limited.slice/memory.current", "100\n"),
+            ("/sys/fs/cgroup/limited.slice/app.scope/memory.max", "max\n"),
+            ("/sys/fs/cgroup/limited.slice/app.scope/memory.current", "50\n"),
+        ]);
+        assert_eq!(
+            cgroup_room("0::/limited.slice/app.scope\n", &nested),
+            Some(157_286_300)
+        );
+        // Both limited: the tighter one, wherever it is.
+        let both = files(&[
+            ("/sys/fs/cgroup/a/memory.max", "1000"),
+            ("/sys/fs/cgroup/a/memory.current", "100"),
+            ("/sys/fs/cgroup/a/b/memory.max", "500"),
+            ("/sys/fs/cgroup/a/b/memory.current", "100"),
+        ]);
+        assert_eq!(cgroup_room("0::/a/b\n", &both), Some(400));
+        // v1 inside a container: the kernel names the host's path, but the container's
+        // limit sits at the top of the mount.
+        let container = files(&[
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "268435456"),
+            ("/sys/fs/cgroup/memory/memory.usage_in_bytes", "68435456"),
+        ]);
+        assert_eq!(
+            cgroup_room("4:memory:/docker/0123abcd\n", &container),
+            Some(200_000_000)
+        );
+    }
+
+    #[test]
     fn warm_asks_for_whole_files_and_stops_when_told() -> crate::Result<()> {
         let dir = tempfile::tempdir()?;
         let opts = crate::Options::default()
@@ -203,13 +250,22 @@ mod tests {
         assert!(segs.len() >= 2, "the puts filled more than one segment");
         let total: u64 = segs.iter().map(|s| s.len()).sum();
         let stop = AtomicBool::new(false);
-        assert_eq!(warm(&segs, Some(2 * total), &stop), total);
+        assert_eq!(warm(segs.clone(), Some(2 * total), &stop), total);
         let first = segs[0].len();
-        assert_eq!(warm(&segs, Some(2 * first), &stop), first, "the newest only");
-        assert_eq!(warm(&segs, Some(0), &stop), 0);
-        assert_eq!(warm(&segs, None, &stop), 0);
+        assert_eq!(warm(segs.clone(), Some(2 * first), &stop), first, "the newest only");
+        assert_eq!(warm(segs.clone(), Some(0), &stop), 0);
+        assert_eq!(warm(segs.clone(), None, &stop), 0);
+        // A segment retired by a merge is skipped, and let go.
+        segs[0].mark_obsolete();
+        let weak = Arc::downgrade(&segs[0]);
+        let retired = segs.remove(0);
+        let rest: u64 = segs.iter().map(|s| s.len()).sum();
+        let mut with_retired = vec![retired];
+        with_retired.extend(segs.iter().cloned());
+        assert_eq!(warm(with_retired, Some(2 * total), &stop), rest);
+        assert!(weak.upgrade().is_none(), "the retired segment was let go");
         stop.store(true, Ordering::Relaxed);
-        assert_eq!(warm(&segs, Some(2 * total), &stop), 0);
+        assert_eq!(warm(segs, Some(2 * total), &stop), 0);
         Ok(())
     }
 }
