@@ -293,17 +293,16 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
         sync: None,
         warm: None,
     };
-    let inner_for_warm = Arc::clone(&inner_for_sync);
+    if inner_for_sync.opts.warm_on_open {
+        // Best effort: a store whose warming thread cannot start reads from disk as asked.
+        handle.warm = spawn_warm(&inner_for_sync).ok();
+    }
     match spawn_sync(inner_for_sync) {
         Ok(sync) => handle.sync = Some(sync),
         Err(e) => {
             handle.shutdown();
             return Err(e);
         }
-    }
-    if inner_for_warm.opts.warm_on_open {
-        // Best effort: a store whose warming thread cannot start reads from disk as asked.
-        handle.warm = spawn_warm(inner_for_warm).ok();
     }
     Ok(handle)
 }
@@ -312,9 +311,8 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
 /// (`log::warm`). It holds the segments of the moment, newest first, and lets each go once
 /// warmed, or as soon as it sees that a merge retired it (whose file is deleted only when its
 /// last holder lets go).
-fn spawn_warm(inner: Arc<Inner>) -> Result<(Arc<AtomicBool>, JoinHandle<()>)> {
+fn spawn_warm(inner: &Inner) -> Result<(Arc<AtomicBool>, JoinHandle<()>)> {
     let segs: Vec<_> = inner.segments.read().sealed.values().rev().cloned().collect();
-    drop(inner);
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = Arc::clone(&stop);
     let thread = std::thread::Builder::new()

@@ -275,9 +275,10 @@ fn table_for(picks: &[u16; PICKS], tables: usize, stored: u32) -> usize {
 /// was when the element was last written. That place is a hint: a lookup reads it in the
 /// element it has just found and starts loading the record while the slot's cache line is
 /// still on its way, so the record's miss overlaps the slot's instead of following it
-/// (DESIGN.md §3.1, "The record's place in the index"). A change of an entry in place
-/// ([`Occupied::get_mut`], [`KeyMap::get_mut`]) leaves it stale: the reader then prefetches
-/// the wrong bytes and finds the record where the entry says, as without a hint.
+/// (DESIGN.md §3.1, "The record's place in the index"). Every change of an entry's place
+/// goes through [`Occupied::insert`] or [`KeyMap::relocate`], which move the hint too; a
+/// change through [`Occupied::get_mut`] would leave it stale, and the reader would then
+/// prefetch the wrong bytes and find the record where the entry says, as without a hint.
 #[derive(Debug, Clone, Copy)]
 pub struct Elem {
     slot: u32,
@@ -1056,7 +1057,8 @@ impl KeyMap {
     /// hashed map remembers for the entry (see [`Elem`]) before the entry itself is read, so
     /// that the caller can start loading the record meanwhile. Called at most once, for the
     /// first element whose stored hash bits match (nearly always the key's own); never for an
-    /// ordered map, and never for a key with no entry but a clash of 32 hash bits.
+    /// ordered map, and for a key with no entry only if another key shares its 32 stored
+    /// hash bits.
     #[inline]
     pub(super) fn get_hinted(&self, key: &Key, hint: impl FnOnce(u32, u32)) -> Option<&Entry> {
         match &self.layout {
