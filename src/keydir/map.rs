@@ -5,7 +5,7 @@
 //!   a slot and 32 bits of the key's hash. A point lookup, insert or removal costs one hash, a
 //!   probe and one slot read, whatever the map's size, where a B-tree descent of a million
 //!   keys is about twenty comparisons and a cache miss per level (DESIGN.md §3.1, "Hashed
-//!   until something asks for order"). Past [`SPLIT_AT`] keys the index is 512 tables of
+//!   until something asks for order"). Past [`SPLIT_AT`] keys the index is 2,048 tables of
 //!   unequal shares, so a table that grows rehashes a small part of the index, and never
 //!   reads the slab to do it. The hash is keyed per map, so keys chosen to collide cannot be
 //!   computed ahead.
@@ -62,12 +62,14 @@ const TRIM_BUDGET: usize = 1024;
 
 /// Index tables [`KeyMap::trim`] looks at per call once a quarter of the entries has left:
 /// shrinking one rehashes it (about 0.15 ms for a table of 40 K elements), and looking at all
-/// 512 in one call held a writer for up to 23 ms (DESIGN.md §3.1).
-const SHRINK_TABLES_PER_TRIM: usize = 8;
+/// 512 tables (as many as there were then) in one call held a writer for up to 23 ms
+/// (DESIGN.md §3.1). With four times as many tables, each a quarter the size, 32 per call is
+/// the same work per call as 8 were.
+const SHRINK_TABLES_PER_TRIM: usize = 32;
 
 /// Index tables at or below this room are left as they are (lower in unit tests, whose maps
 /// stay small).
-const SHRINK_MIN_CAPACITY: usize = if cfg!(test) { 64 } else { 1024 };
+const SHRINK_MIN_CAPACITY: usize = if cfg!(test) { 64 } else { 256 };
 
 /// Records per shard when a hashed map is ordered (as open's build, DESIGN.md §3.1).
 const SHARD_RECORDS: usize = 1 << 14;
@@ -210,7 +212,7 @@ impl Vacant<'_> {
 
 /// Index tables a hashed map is split into once it holds [`SPLIT_AT`] keys (one until then:
 /// a keyspace of a few keys, of which a store may have thousands, costs one empty table).
-const TABLES: usize = 512;
+const TABLES: usize = 2048;
 
 /// Keys [`KeyMap::prefetch`] places on the stack (the callers ask for up to 1,024 at a time:
 /// a write batch's prefetch window, a reaper chunk, a merge part, a chunk of picked keys).
@@ -219,8 +221,8 @@ const PREFETCH_KEYS: usize = 1024;
 /// Keys at which a hashed map's one index table is dealt into [`TABLES`] (once).
 const SPLIT_AT: usize = 1 << 16;
 
-/// Hash values a key's index table is picked by (bits 40..53 of its hash).
-const PICKS: usize = 1 << 13;
+/// Hash values a key's index table is picked by (bits 40..55 of its hash).
+const PICKS: usize = 1 << 15;
 
 /// Which index table each of the [`PICKS`] values leads to: table `i` takes a share of them
 /// proportional to `2^(i / TABLES)`, so the largest table holds about twice the keys of the
@@ -262,7 +264,7 @@ fn stored_bits<K: std::hash::Hash + ?Sized>(keyed: &Keyed, key: &K) -> u32 {
 }
 
 /// The index table of a key with stored bits `stored`, in a map of `tables` tables (one, or
-/// [`TABLES`]): bits 40..53 of its hash pick it.
+/// [`TABLES`]): bits 40..55 of its hash pick it.
 #[inline]
 fn table_for(picks: &[u16; PICKS], tables: usize, stored: u32) -> usize {
     if tables == 1 {
@@ -673,7 +675,7 @@ impl Hashed {
     /// gives its memory back over the following passes, a bounded step each.
     fn trim(&mut self, budget: usize) {
         // The index tables are looked at only once a quarter of the keys has left since the
-        // last look: looking at all 512 on every call made a deleting write batch 60-100 %
+        // last look: looking at all of them on every call made a deleting write batch 60-100 %
         // slower (a review's probe: 0.47-0.55 µs per delete without, 0.82-1.12 µs with).
         let live = self.slab.live;
         self.peak = self.peak.max(live);
