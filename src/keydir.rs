@@ -321,7 +321,7 @@ impl KeyspaceState {
     pub fn live_hinted(&self, key: &[u8], now: u64, hint: impl FnOnce(u32, u32)) -> Option<&Entry> {
         self.map
             .get_hinted(&Key::from_slice(key), hint)
-            .filter(|e| !ttl::is_expired(self.expires_at(e), now))
+            .filter(|e| self.is_live(e, now))
     }
 
     /// The entry for `key`, live or not. The map is searched with `key` as a [`Key`], so its

@@ -200,9 +200,8 @@ impl Vacant<'_> {
                 key,
                 stored,
             } => {
-                let element = Elem::new(0, stored, &e);
                 let slot = slab.alloc(key, e);
-                index.insert_unique(spread(stored), Elem { slot, ..element }, |&v| {
+                index.insert_unique(spread(stored), Elem::new(slot, stored, &e), |&v| {
                     spread(stored_of(v))
                 });
             }
@@ -643,13 +642,32 @@ impl Hashed {
     /// `key`'s slot, if it has an entry.
     #[inline]
     fn find(&self, key: &Key) -> Option<usize> {
+        self.find_hinted(key, |_, _| {})
+    }
+
+    /// As [`Hashed::find`], calling `hint` with the record place of the first element whose
+    /// stored hash bits match, before that element's slot is read (see
+    /// [`KeyMap::get_hinted`]).
+    #[inline]
+    fn find_hinted(&self, key: &Key, hint: impl FnOnce(u32, u32)) -> Option<usize> {
         let (t, stored) = self.place(key);
         // The element is asked for with the control bytes that lead to it, not after them.
         self.prefetch_home(t, stored);
         let slots = &self.slab.slots;
+        let mut hint = Some(hint);
         self.index[t]
             .find(spread(stored), |&v| {
-                stored_of(v) == stored && slots[slot_of(v)].0 == *key
+                if stored_of(v) != stored {
+                    return false;
+                }
+                let line = &slots[slot_of(v)];
+                if let Some(hint) = hint.take() {
+                    // The slot's line first, then the record: both on their way before
+                    // either is waited for.
+                    crate::log::mmap::prefetch_ref(line);
+                    hint(v.file, v.offset);
+                }
+                line.0 == *key
             })
             .map(|&v| slot_of(v))
     }
@@ -1064,27 +1082,7 @@ impl KeyMap {
     #[inline]
     pub(super) fn get_hinted(&self, key: &Key, hint: impl FnOnce(u32, u32)) -> Option<&Entry> {
         match &self.layout {
-            Layout::Hashed(h) => {
-                let (t, stored) = h.place(key);
-                h.prefetch_home(t, stored);
-                let slots = &h.slab.slots;
-                let mut hint = Some(hint);
-                h.index[t]
-                    .find(spread(stored), |&v| {
-                        if stored_of(v) != stored {
-                            return false;
-                        }
-                        let line = &slots[slot_of(v)];
-                        if let Some(hint) = hint.take() {
-                            // The slot's line first, then the record: both on their way
-                            // before either is waited for.
-                            crate::log::mmap::prefetch_ref(line);
-                            hint(v.file, v.offset);
-                        }
-                        line.0 == *key
-                    })
-                    .map(|&v| &slots[slot_of(v)].1)
-            }
+            Layout::Hashed(h) => h.find_hinted(key, hint).map(|i| &h.slab.slots[i].1),
             Layout::Ordered(o) => o.shards[o.shard_of(key)].get(key),
         }
     }

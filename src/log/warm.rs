@@ -161,65 +161,91 @@ mod tests {
         move |path| map.get(path).cloned()
     }
 
-    #[test]
-    fn cgroup_room_reads_v2_and_v1_limits() {
-        let v2 = files(&[
-            ("/sys/fs/cgroup/app/memory.max", "1000\n"),
-            ("/sys/fs/cgroup/app/memory.current", "300\n"),
-        ]);
-        assert_eq!(cgroup_room("0::/app\n", &v2), Some(700));
-        let unlimited = files(&[
-            ("/sys/fs/cgroup/app/memory.max", "max\n"),
-            ("/sys/fs/cgroup/app/memory.current", "300\n"),
-        ]);
-        assert_eq!(cgroup_room("0::/app\n", &unlimited), None);
-        let root = files(&[
-            ("/sys/fs/cgroup/memory.max", "500\n"),
-            ("/sys/fs/cgroup/memory.current", "800\n"),
-        ]);
-        assert_eq!(cgroup_room("0::/\n", &root), Some(0), "over the limit: no room");
-
-        let v1 = files(&[
-            ("/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "4096"),
-            ("/sys/fs/cgroup/memory/box/memory.usage_in_bytes", "1024"),
-        ]);
-        let text = "9:name=systemd:/\n4:memory:/box\n1:cpu,cpuacct:/\n0::/\n";
-        assert_eq!(cgroup_room(text, &v1), Some(3072));
-        assert_eq!(cgroup_room("4:cpu:/box\n", &v1), None);
-        assert_eq!(cgroup_room("garbage\n", &v1), None);
-    }
+    /// A case: the text of `/proc/self/cgroup`, the cgroup files there are, the room.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<u64>);
 
     #[test]
-    fn cgroup_room_takes_the_least_over_the_parents() {
-        // v2: the limit is on the parent slice, the process's own cgroup has none.
-        let nested = files(&[
-            ("/sys/fs/cgroup/limited.slice/memory.max", "157286400\n"),
-            ("/sys/fs/cgroup/limited.slice/memory.current", "100\n"),
-            ("/sys/fs/cgroup/limited.slice/app.scope/memory.max", "max\n"),
-            ("/sys/fs/cgroup/limited.slice/app.scope/memory.current", "50\n"),
-        ]);
-        assert_eq!(
-            cgroup_room("0::/limited.slice/app.scope\n", &nested),
-            Some(157_286_300)
-        );
-        // Both limited: the tighter one, wherever it is.
-        let both = files(&[
-            ("/sys/fs/cgroup/a/memory.max", "1000"),
-            ("/sys/fs/cgroup/a/memory.current", "100"),
-            ("/sys/fs/cgroup/a/b/memory.max", "500"),
-            ("/sys/fs/cgroup/a/b/memory.current", "100"),
-        ]);
-        assert_eq!(cgroup_room("0::/a/b\n", &both), Some(400));
-        // v1 inside a container: the kernel names the host's path, but the container's
-        // limit sits at the top of the mount.
-        let container = files(&[
-            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "268435456"),
-            ("/sys/fs/cgroup/memory/memory.usage_in_bytes", "68435456"),
-        ]);
-        assert_eq!(
-            cgroup_room("4:memory:/docker/0123abcd\n", &container),
-            Some(200_000_000)
-        );
+    fn cgroup_room_takes_the_least_over_the_cgroup_and_its_parents() {
+        let cases: &[Case] = &[
+            // v2, a limit on the process's own cgroup.
+            (
+                "0::/app\n",
+                &[
+                    ("/sys/fs/cgroup/app/memory.max", "1000\n"),
+                    ("/sys/fs/cgroup/app/memory.current", "300\n"),
+                ],
+                Some(700),
+            ),
+            // "max": no limit.
+            (
+                "0::/app\n",
+                &[
+                    ("/sys/fs/cgroup/app/memory.max", "max\n"),
+                    ("/sys/fs/cgroup/app/memory.current", "300\n"),
+                ],
+                None,
+            ),
+            // Over the limit: no room.
+            (
+                "0::/\n",
+                &[
+                    ("/sys/fs/cgroup/memory.max", "500\n"),
+                    ("/sys/fs/cgroup/memory.current", "800\n"),
+                ],
+                Some(0),
+            ),
+            // v2, the limit on the parent slice, none on the process's own cgroup.
+            (
+                "0::/limited.slice/app.scope\n",
+                &[
+                    ("/sys/fs/cgroup/limited.slice/memory.max", "157286400\n"),
+                    ("/sys/fs/cgroup/limited.slice/memory.current", "100\n"),
+                    ("/sys/fs/cgroup/limited.slice/app.scope/memory.max", "max\n"),
+                    ("/sys/fs/cgroup/limited.slice/app.scope/memory.current", "50\n"),
+                ],
+                Some(157_286_300),
+            ),
+            // Both limited: the tighter one, wherever it is.
+            (
+                "0::/a/b\n",
+                &[
+                    ("/sys/fs/cgroup/a/memory.max", "1000"),
+                    ("/sys/fs/cgroup/a/memory.current", "100"),
+                    ("/sys/fs/cgroup/a/b/memory.max", "500"),
+                    ("/sys/fs/cgroup/a/b/memory.current", "100"),
+                ],
+                Some(400),
+            ),
+            // v1, among other controllers' lines.
+            (
+                "9:name=systemd:/\n4:memory:/box\n1:cpu,cpuacct:/\n0::/\n",
+                &[
+                    ("/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "4096"),
+                    ("/sys/fs/cgroup/memory/box/memory.usage_in_bytes", "1024"),
+                ],
+                Some(3072),
+            ),
+            // v1 inside a container: the kernel names the host's path, but the container's
+            // limit sits at the top of the mount.
+            (
+                "4:memory:/docker/0123abcd\n",
+                &[
+                    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "268435456"),
+                    ("/sys/fs/cgroup/memory/memory.usage_in_bytes", "68435456"),
+                ],
+                Some(200_000_000),
+            ),
+            // No memory controller, or nothing readable.
+            (
+                "4:cpu:/box\n",
+                &[("/sys/fs/cgroup/memory/box/memory.limit_in_bytes", "4096")],
+                None,
+            ),
+            ("garbage\n", &[], None),
+        ];
+        for (text, present, want) in cases {
+            assert_eq!(cgroup_room(text, files(present)), *want, "{text:?}");
+        }
     }
 
     #[test]
