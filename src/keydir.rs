@@ -20,7 +20,7 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 mod census;
 mod map;
 pub use census::{Census, Count, Gathered};
-pub use map::{KeyMap, Ordered, Slot, Touched};
+pub use map::{HashKey, KeyMap, Ordered, Slot, Touched};
 
 /// A key as stored in the key directory: keys up to 23 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
@@ -413,6 +413,7 @@ impl KeyspaceCore {
             return OrderedRead(RwLockWriteGuard::downgrade(st));
         }
         let len = st.map.len();
+        let per_shard = st.map.shard_records();
         drop(st);
         // One vector for the whole copy, sized before any lock is taken, with room for a
         // chunk more at each lock (so the copy never grows it under the lock) and no second
@@ -432,7 +433,7 @@ impl KeyspaceCore {
                 None => break,
             }
         }
-        let mut ordered = Ordered::from_unsorted(all);
+        let mut ordered = Ordered::from_unsorted(all, per_shard);
         let mut round = 0;
         loop {
             let mut st = self.state.write();

@@ -85,7 +85,8 @@ pub struct Options {
     pub(crate) tick_interval: Duration,
     pub(crate) use_hints: bool,
     pub(crate) warm_on_open: bool,
-    /// Records per key-directory shard when open builds a keyspace's map (and the timer count
+    /// Records per part of a keyspace's records that open merges on a thread of its own before
+    /// it builds the keyspace's map (and the timer count
     /// from which open files timers in ranges on several threads): see `recovery::build`.
     /// Only the `test-hooks` feature changes it, so that small test stores take the sharded
     /// paths of open too.
@@ -181,11 +182,12 @@ impl Options {
         self
     }
 
-    /// Test hook: open splits a keyspace's key directory into shards of about `records`
-    /// records (at least 1) once it has two shards' worth, builds them side by side, and files
-    /// timers in ranges on several threads from that many timers on. The default (16,384)
-    /// leaves the small stores of crash and power-loss tests in one shard; a few records per
-    /// shard sends them through the sharded paths.
+    /// Test hook: open cuts a keyspace's records into parts of about `records` records (at
+    /// least 1) once it has two parts' worth, merges them side by side, and files timers in
+    /// ranges on several threads from that many timers on. The default (16,384) leaves the
+    /// small stores of crash and power-loss tests in one part; a few records per part sends
+    /// them through the paths of many parts (and of a map built from parts with rests under a
+    /// slab page).
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     #[must_use]

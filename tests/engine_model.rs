@@ -192,8 +192,12 @@ fn run(ops: &[Op], per_shard: usize, hint_all: bool) -> ebbdb::Result<(usize, us
                 ks = store.keyspace("ks")?;
                 shards = shards.max(store.key_directory_shards("ks")?);
                 assert_eq!(ks.default_ttl(), model.default);
+                // Open builds a hashed map; every other time a walk orders it at once, so
+                // that both layouts serve what an open recovered.
                 if i % 2 == 0 {
-                    store.hash_key_directory("ks")?;
+                    if let Some(first) = ks.iter().next() {
+                        first?;
+                    }
                 }
             }
         }

@@ -498,8 +498,8 @@ fn cycle(seed: u64) -> Result<bool, String> {
             > 1;
     }
     // Compaction and another reopen keep exactly that state. In every other cycle the
-    // compaction decides against hashed key directories (open builds them ordered, and the
-    // check above walked them in order), as a store written since open has.
+    // compaction decides against hashed key directories (the check above walked them in
+    // order, which orders them), as a store just opened or written since open has.
     if (seed / 2).is_multiple_of(2) {
         for name in NAMES {
             db.store

@@ -570,8 +570,9 @@ impl Store {
 
 #[cfg(feature = "test-hooks")]
 impl Store {
-    /// Test hook: how many shards the key directory of keyspace `name` is split into
-    /// (`keydir::KeyMap`; open splits a large keyspace's).
+    /// Test hook: how many shards the key directory of keyspace `name` is split into, or for
+    /// a hashed one, how many parts open built it from (`keydir::KeyMap::shards`; open merges
+    /// a large keyspace's records in parts, and ordering cuts shards of the same size).
     ///
     /// # Errors
     /// `NotFound` if there is no such keyspace.
@@ -595,9 +596,9 @@ impl Store {
             .is_hashed())
     }
 
-    /// Test hook: makes the key directory of keyspace `name` hashed again, as if its entries
-    /// had been written since open (open builds ordered maps), so that tests run the hashed
-    /// layout over recovered state too.
+    /// Test hook: makes the key directory of keyspace `name` hashed again after something
+    /// ordered it (open builds hashed maps, a walk in key order orders them), one insert at a
+    /// time, as if its entries had been written since open.
     ///
     /// # Errors
     /// `NotFound` if there is no such keyspace.

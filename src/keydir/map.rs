@@ -14,13 +14,14 @@
 //!   131 ms at 1 M keys); split by key range, the shards are built side by side, one per core.
 //!   A key belongs to the shard whose range holds it (the shards' first keys are kept apart, so
 //!   finding it is a binary search of a few keys), and iteration walks the shards in order.
-//!   The split points are chosen when the map is built at open, or when a hashed map is
-//!   ordered; shards are never split or joined later (one that grows or empties stays
-//!   correct; the next open balances them again).
+//!   The split points are chosen when a hashed map is ordered (or, for a map too large to be
+//!   hashed, when open builds it); shards are never split or joined later (one that grows or
+//!   empties stays correct).
 //!
-//! Open builds ordered maps. A hashed map becomes ordered the first time something needs its
-//! keys in order (a range or prefix scan: [`KeyMap::ordered`] is `None` until
-//! [`KeyMap::make_ordered`]), and stays so until the store is closed.
+//! Open builds hashed maps too, in bulk ([`KeyMap::hashed_from`]). A hashed map becomes
+//! ordered the first time something needs its keys in order (a range or prefix scan:
+//! [`KeyMap::ordered`] is `None` until [`KeyMap::make_ordered`]), and stays so until the store
+//! is closed.
 
 use std::collections::btree_map::{self, BTreeMap};
 use std::hash::{BuildHasher, Hasher};
@@ -77,11 +78,16 @@ const SHARD_RECORDS: usize = 1 << 14;
 /// Entries from which [`Ordered::from_unsorted`] sorts and builds on two cores.
 const PARALLEL_ORDER_MIN: usize = if cfg!(test) { 1 << 10 } else { 1 << 16 };
 
-/// Sorts `entries` by key, keeps one of each key, and moves them into shards of
-/// [`SHARD_RECORDS`] appended to `out` (what is left in `entries` holds nothing: empty keys).
+/// Sorts `entries` by key, keeps one of each key, and moves them into shards of `per_shard`
+/// records appended to `out` (what is left in `entries` holds nothing: empty keys).
 /// `later`: these entries follow others in key order, so their first shard is given its first
 /// key too.
-fn sorted_shards(entries: &mut [(Key, Entry)], later: bool, out: &mut Vec<Shard>) {
+fn sorted_shards(
+    entries: &mut [(Key, Entry)],
+    per_shard: usize,
+    later: bool,
+    out: &mut Vec<Shard>,
+) {
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     // One of each key, moved to the front (the repeats end up after `kept`).
     let mut kept = 0;
@@ -91,7 +97,7 @@ fn sorted_shards(entries: &mut [(Key, Entry)], later: bool, out: &mut Vec<Shard>
             kept += 1;
         }
     }
-    for (n, chunk) in entries[..kept].chunks_mut(SHARD_RECORDS).enumerate() {
+    for (n, chunk) in entries[..kept].chunks_mut(per_shard.max(1)).enumerate() {
         let tree: BTreeMap<Key, Entry> = chunk
             .iter_mut()
             .map(|e| std::mem::replace(e, (Key::default(), HOLE)))
@@ -103,6 +109,27 @@ fn sorted_shards(entries: &mut [(Key, Entry)], later: bool, out: &mut Vec<Shard>
         };
         out.push((start, tree));
     }
+}
+
+/// Runs `upper` on a scoped thread named `name` while this thread runs `lower`, and waits for
+/// both: true if the thread ran `upper`, false if none could be started (`upper` has then not
+/// run). A panic in `upper` goes on in this thread.
+fn side_by_side(name: &str, upper: impl FnOnce() + Send, lower: impl FnOnce()) -> bool {
+    std::thread::scope(|s| {
+        let upper = std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(s, upper);
+        lower();
+        match upper {
+            Ok(handle) => {
+                if let Err(panic) = handle.join() {
+                    std::panic::resume_unwind(panic);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    })
 }
 
 /// How [`Ordered::from_unsorted`] sorts: on one core, on two (the upper half on a thread of
@@ -289,6 +316,13 @@ pub struct Elem {
 }
 
 impl Elem {
+    const EMPTY: Self = Self {
+        slot: 0,
+        stored: 0,
+        file: 0,
+        offset: 0,
+    };
+
     #[inline]
     fn new(slot: u32, stored: u32, e: &Entry) -> Self {
         Self {
@@ -475,6 +509,33 @@ const HOLE: Entry = Entry {
 };
 
 impl Slab {
+    /// A slab of `n` entries: the full `pages`, then `rest` (the other entries, exactly that
+    /// many) in pages made from them directly, rather than made of holes and then written.
+    fn filled(
+        mut pages: Vec<Box<[Line]>>,
+        rest: impl Iterator<Item = (Key, Entry)>,
+        n: usize,
+    ) -> Self {
+        let mut rest = rest.fuse();
+        let more = n.div_ceil(PAGE) - pages.len();
+        pages.extend((0..more).map(|_| {
+            (0..PAGE)
+                .map(|_| Line(rest.next().unwrap_or((Key::default(), HOLE))))
+                .collect()
+        }));
+        debug_assert!(rest.next().is_none());
+        let mut held = vec![u64::MAX; n / 64];
+        if !n.is_multiple_of(64) {
+            held.push((1 << (n % 64)) - 1);
+        }
+        Self {
+            slots: Pages { pages, len: n },
+            held,
+            free: Vec::new(),
+            live: n,
+        }
+    }
+
     #[inline]
     fn is_held(&self, i: usize) -> bool {
         bit(&self.held, i)
@@ -545,6 +606,12 @@ struct Hashed {
     /// Where each index table's buckets lie, one per table, for the prefetches of lookups and
     /// [`KeyMap::prefetch`] (a hint only).
     ends: Box<[TableEnd]>,
+    /// Records per shard when the map is ordered ([`SHARD_RECORDS`], or what open was told:
+    /// `Options::open_shard_records`, a test hook).
+    shard_records: usize,
+    /// How many parts open built the map from (1 for a map that grew by inserts): what
+    /// [`KeyMap::shards`] tells of a hashed map, for tests.
+    parts: usize,
 }
 
 /// Where an index table's memory lies, as last seen by a lookup or [`KeyMap::prefetch`]: the
@@ -570,6 +637,8 @@ impl Hashed {
             peak: 0,
             shrink_at: None,
             ends: Box::new([TableEnd::default()]),
+            shard_records: SHARD_RECORDS,
+            parts: 1,
         }
     }
 
@@ -762,6 +831,86 @@ pub struct Ordered {
     starts: Vec<Key>,
 }
 
+/// The hash key of a hashed map that is yet to be built ([`KeyMap::hashed_from`]): its index
+/// elements can then be computed beforehand, on other threads.
+#[derive(Debug, Clone)]
+pub struct HashKey(Keyed);
+
+impl HashKey {
+    /// A new key (two random words).
+    #[must_use]
+    pub fn new() -> Self {
+        Self(Keyed::new())
+    }
+
+    /// One part of a map to be built by [`KeyMap::hashed_from`]: `part`'s entries laid out in
+    /// slab pages (the whole pages; the rest, under a page, kept apart), and their index
+    /// elements, their slots numbered from 0 in `part`'s order and dealt by the index table
+    /// each belongs in (of [`TABLES`]). Open prepares its parts on every core as their merges
+    /// finish; only the rests and the index tables are left for the build.
+    #[must_use]
+    pub fn prepare(&self, part: Vec<(Key, Entry)>) -> HashedPart {
+        let picks = picks();
+        let mut starts = vec![0u32; TABLES + 1];
+        let placed: Vec<(u16, Elem)> = part
+            .iter()
+            .zip(0u32..)
+            .map(|((key, e), slot)| {
+                let stored = stored_bits(&self.0, key);
+                let t = table_for(picks, TABLES, stored);
+                starts[t + 1] += 1;
+                #[allow(clippy::cast_possible_truncation)] // below TABLES
+                (t as u16, Elem::new(slot, stored, e))
+            })
+            .collect();
+        for t in 0..TABLES {
+            starts[t + 1] += starts[t];
+        }
+        let mut next = starts.clone();
+        let mut elems = vec![Elem::EMPTY; part.len()];
+        for (t, v) in placed {
+            let at = &mut next[usize::from(t)];
+            elems[*at as usize] = v;
+            *at += 1;
+        }
+        let whole = part.len() / PAGE * PAGE;
+        let mut entries = part.into_iter();
+        let pages = (0..whole / PAGE)
+            .map(|_| entries.by_ref().take(PAGE).map(Line).collect())
+            .collect();
+        HashedPart {
+            pages,
+            rest: entries.collect(),
+            starts,
+            elems,
+        }
+    }
+}
+
+/// A part of a hashed map to be built ([`HashKey::prepare`]).
+#[derive(Debug)]
+pub struct HashedPart {
+    /// The part's first entries, in whole slab pages.
+    pages: Vec<Box<[Line]>>,
+    /// The entries after them (fewer than a page).
+    rest: Vec<(Key, Entry)>,
+    /// Index table `t`'s elements are `elems[starts[t]..starts[t + 1]]`.
+    starts: Vec<u32>,
+    elems: Vec<Elem>,
+}
+
+impl HashedPart {
+    fn len(&self) -> usize {
+        self.elems.len()
+    }
+}
+
+impl Default for HashKey {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// The hasher of a hashed map: a multiply-fold over the key's bytes eight at a time, keyed by
 /// two random words drawn when the map is made (from `std`'s `RandomState`, which the
 /// operating system seeds). SipHash, `std`'s default, cost 100-300 ns more per operation
@@ -873,6 +1022,7 @@ impl KeyMap {
     /// The ordered map made of `shards`, given in key order. Panics (in debug builds) if a
     /// shard after the first has no first key, the first keys do not increase, or an entry
     /// lies outside its shard's range.
+    #[cfg(test)]
     #[must_use]
     pub fn from_shards(shards: Vec<Shard>) -> Self {
         Self {
@@ -890,8 +1040,8 @@ impl KeyMap {
     }
 
     /// Orders a hashed map at once (nothing if it already is): its entries sorted by key and
-    /// cut into shards of [`SHARD_RECORDS`], about 0.1 s per million keys under whatever lock
-    /// the caller holds. Walks order off the lock instead ([`KeyMap::begin_ordering`]); this
+    /// cut into shards of [`KeyMap::shard_records`], about 0.1 s per million keys under
+    /// whatever lock the caller holds. Walks order off the lock instead ([`KeyMap::begin_ordering`]); this
     /// serves their fallbacks, a map reaching `MAX_SLOTS`, and tests (DESIGN.md §3.1).
     pub fn make_ordered(&mut self) {
         let Layout::Hashed(h) = &mut self.layout else {
@@ -904,7 +1054,8 @@ impl KeyMap {
                 all.push(pair);
             }
         }
-        self.layout = Layout::Ordered(Ordered::from_unsorted(all));
+        let per_shard = h.shard_records;
+        self.layout = Layout::Ordered(Ordered::from_unsorted(all, per_shard));
     }
 
     /// Starts ordering a hashed map without holding its lock for the sort (DESIGN.md §3.1,
@@ -974,6 +1125,124 @@ impl KeyMap {
         None
     }
 
+    /// The hashed map of the entries of `parts` (no key in two of them, none twice), each
+    /// prepared by [`HashKey::prepare`] of `key`, built in one pass instead of one insert at a
+    /// time (DESIGN.md §3.1, "Open builds hashed maps"). The slab takes every part's whole
+    /// pages as they are, then the parts' rests, copied into pages of their own; the index
+    /// tables are each sized once for their share and filled from every part's elements for
+    /// them while they sit in the cache (inserts one by one went to a random table each, a
+    /// cache miss apiece, and doubled every table on the way), the two halves of the tables
+    /// side by side where there are two cores. At [`MAX_SLOTS`] entries or more the map is
+    /// ordered instead, as a hashed map reaching that many is.
+    #[must_use]
+    pub fn hashed_from(key: &HashKey, parts: Vec<HashedPart>, per_shard: usize) -> Self {
+        let n: usize = parts.iter().map(HashedPart::len).sum();
+        if n >= MAX_SLOTS {
+            let all: Vec<(Key, Entry)> = parts
+                .into_iter()
+                .flat_map(|p| {
+                    let pages = p.pages.into_iter().flat_map(|page| page.into_vec());
+                    pages.map(|l| l.0).chain(p.rest)
+                })
+                .collect();
+            return Self {
+                layout: Layout::Ordered(Ordered::from_unsorted(all, per_shard)),
+            };
+        }
+        let mut h = Hashed::new();
+        h.keyed = key.0.clone();
+        h.shard_records = per_shard.max(1);
+        h.parts = parts.len().max(1);
+        if n >= SPLIT_AT {
+            h.index = (0..TABLES).map(|_| HashTable::new()).collect();
+            h.ends = (0..TABLES).map(|_| TableEnd::default()).collect();
+        }
+        // Where each part's slots start: its whole pages among the others', its rest after
+        // all of those.
+        let whole: usize = parts.iter().map(|p| p.pages.len()).sum();
+        let mut bases = Vec::with_capacity(parts.len());
+        let (mut page_at, mut rest_at) = (0, whole * PAGE);
+        for p in &parts {
+            bases.push((page_at, p.pages.len() * PAGE, rest_at));
+            page_at += p.pages.len() * PAGE;
+            rest_at += p.rest.len();
+        }
+        let mut pages = Vec::with_capacity(n.div_ceil(PAGE));
+        let mut rests = Vec::with_capacity(n - whole * PAGE);
+        let mut indexes = Vec::with_capacity(parts.len());
+        for p in parts {
+            pages.extend(p.pages);
+            rests.extend(p.rest);
+            indexes.push((p.starts, p.elems));
+        }
+        h.slab = Slab::filled(pages, rests.into_iter(), n);
+        let single = h.index.len() == 1;
+        let fill = |first: usize, index: &mut [HashTable<Elem>]| {
+            let hasher = |&v: &Elem| spread(stored_of(v));
+            for (t, table) in (first..).zip(index.iter_mut()) {
+                let of = |(starts, elems): &'_ (Vec<u32>, Vec<Elem>)| {
+                    if single {
+                        (0, elems.len())
+                    } else {
+                        (starts[t] as usize, starts[t + 1] as usize)
+                    }
+                };
+                // Every part's elements for the next table, on their way while this one is
+                // filled: the parts are as many streams through memory as there are parts,
+                // more than the processor follows by itself.
+                if !single && t + 1 < TABLES {
+                    for (starts, elems) in &indexes {
+                        if let Some(v) = elems.get(starts[t + 1] as usize) {
+                            crate::log::mmap::prefetch_ref(v);
+                        }
+                    }
+                }
+                table.reserve(indexes.iter().map(|p| of(p).1 - of(p).0).sum(), hasher);
+                for (p, &(page_at, in_pages, rest_at)) in indexes.iter().zip(&bases) {
+                    let (from, to) = of(p);
+                    for &v in &p.1[from..to] {
+                        let local = v.slot as usize;
+                        let slot = if local < in_pages {
+                            page_at + local
+                        } else {
+                            rest_at + local - in_pages
+                        };
+                        #[allow(clippy::cast_possible_truncation)] // n < MAX_SLOTS
+                        let v = Elem {
+                            slot: slot as u32,
+                            ..v
+                        };
+                        table.insert_unique(spread(stored_of(v)), v, hasher);
+                    }
+                }
+            }
+        };
+        let mid = h.index.len() / 2;
+        let (low, high) = h.index.split_at_mut(mid);
+        // The upper half on a thread of its own where there are two cores: Some(true) if it
+        // ran there, Some(false) if the lower half is done and the upper one is left.
+        let upper_done = (!single
+            && std::thread::available_parallelism().is_ok_and(|c| c.get() >= 2))
+        .then(|| {
+            side_by_side(
+                "ebbdb-index",
+                || fill(mid, &mut *high),
+                || fill(0, &mut *low),
+            )
+        });
+        match upper_done {
+            Some(true) => {}
+            Some(false) => fill(mid, high),
+            None => {
+                fill(0, low);
+                fill(mid, high);
+            }
+        }
+        Self {
+            layout: Layout::Hashed(h),
+        }
+    }
+
     /// Makes an ordered map hashed again (nothing if it is hashed): for tests, so that the
     /// hashed layout also serves what an open recovered.
     #[cfg(any(test, feature = "test-hooks"))]
@@ -997,11 +1266,25 @@ impl KeyMap {
         matches!(self.layout, Layout::Hashed(_))
     }
 
-    /// Shards the map is split into (1 if hashed).
+    /// Shards the map is split into; for a hashed map, the parts open built it from (1 for one
+    /// that grew by inserts), so that tests see open take its paths of many parts.
     #[cfg(any(test, feature = "test-hooks"))]
     #[must_use]
     pub fn shards(&self) -> usize {
-        self.ordered().map_or(1, |o| o.shards.len())
+        match &self.layout {
+            Layout::Ordered(o) => o.shards.len(),
+            Layout::Hashed(h) => h.parts,
+        }
+    }
+
+    /// Records per shard when the map is ordered: [`SHARD_RECORDS`], or for a map open built,
+    /// what it was told (`Options::open_shard_records`, a test hook).
+    #[must_use]
+    pub fn shard_records(&self) -> usize {
+        match &self.layout {
+            Layout::Hashed(h) => h.shard_records,
+            Layout::Ordered(_) => SHARD_RECORDS,
+        }
     }
 
     /// The order in which a batch of lookups is cheapest, if the map is hashed (an ordered
@@ -1348,9 +1631,10 @@ impl Ordered {
     /// (a selection, linear) and the two halves sorted and built into shards side by side,
     /// the upper half on a scoped thread: at 1 M keys the sort and the build took 50 and 40
     /// ms on one core, most of what a first scan pays to order a hashed map (DESIGN.md §3.1).
-    /// If the thread cannot be started, the calling thread does both halves.
+    /// If the thread cannot be started, the calling thread does both halves. Shards hold
+    /// `per_shard` records (the last of each half fewer).
     #[must_use]
-    pub fn from_unsorted(all: Vec<(Key, Entry)>) -> Self {
+    pub fn from_unsorted(all: Vec<(Key, Entry)>, per_shard: usize) -> Self {
         let on = if all.len() >= PARALLEL_ORDER_MIN
             && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
         {
@@ -1358,16 +1642,16 @@ impl Ordered {
         } else {
             OrderOn::OneCore
         };
-        Self::from_unsorted_on(all, on)
+        Self::from_unsorted_on(all, per_shard, on)
     }
 
     /// [`Ordered::from_unsorted`], sorting as `on` says. The halves are sorted in place, in
     /// the one buffer, and their entries moved out of it into the trees (a second buffer for
     /// the upper half was half the copy again at the peak: 32 MB per million keys).
-    fn from_unsorted_on(mut all: Vec<(Key, Entry)>, on: OrderOn) -> Self {
+    fn from_unsorted_on(mut all: Vec<(Key, Entry)>, per_shard: usize, on: OrderOn) -> Self {
         if on == OrderOn::OneCore || all.len() < 2 {
             let mut shards = Vec::new();
-            sorted_shards(&mut all, false, &mut shards);
+            sorted_shards(&mut all, per_shard, false, &mut shards);
             return Self::from_shards(shards);
         }
         let mid = all.len() / 2;
@@ -1378,28 +1662,18 @@ impl Ordered {
         let mut low_shards = Vec::new();
         let mut high_shards = Vec::new();
         let spawned = on == OrderOn::TwoCores
-            && std::thread::scope(|s| {
-                let upper_done = std::thread::Builder::new()
-                    .name("ebbdb-order".into())
-                    .spawn_scoped(s, || sorted_shards(upper, true, &mut high_shards));
-                sorted_shards(lower, false, &mut low_shards);
-                match upper_done {
-                    Ok(handle) => {
-                        if let Err(panic) = handle.join() {
-                            std::panic::resume_unwind(panic);
-                        }
-                        true
-                    }
-                    Err(_) => false,
-                }
-            });
+            && side_by_side(
+                "ebbdb-order",
+                || sorted_shards(upper, per_shard, true, &mut high_shards),
+                || sorted_shards(lower, per_shard, false, &mut low_shards),
+            );
         if !spawned {
             // No thread (the entries are still in `upper`), or none asked for.
             let (lower, upper) = all.split_at_mut(mid);
             if low_shards.is_empty() {
-                sorted_shards(lower, false, &mut low_shards);
+                sorted_shards(lower, per_shard, false, &mut low_shards);
             }
-            sorted_shards(upper, true, &mut high_shards);
+            sorted_shards(upper, per_shard, true, &mut high_shards);
         }
         drop(all);
         // A key in both halves (the input held it twice): one is kept, as in one sort.
@@ -1638,7 +1912,7 @@ mod tests {
         };
         let check = |all: Vec<(Key, Entry)>, want: &[Key], what: &str| {
             for on in [OrderOn::OneCore, OrderOn::TwoCores, OrderOn::NoThread] {
-                let o = Ordered::from_unsorted_on(all.clone(), on);
+                let o = Ordered::from_unsorted_on(all.clone(), SHARD_RECORDS, on);
                 let got: Vec<Key> = o.shards.iter().flat_map(|t| t.keys().cloned()).collect();
                 assert_eq!(got, want, "{what}, {on:?}");
                 for (i, t) in o.shards.iter().enumerate() {
@@ -2017,6 +2291,107 @@ mod tests {
         }
     }
 
+    /// A map built in bulk from parts (as open builds one) holds what inserting the same
+    /// entries one by one would: at every size around a slab page and the index's split into
+    /// tables, from parts of every shape (empty, under a page, whole pages, pages and a rest).
+    /// Every key is found, with its record's place as the hint; the map then takes inserts,
+    /// removals and trims, and orders into the same tree. From `MAX_SLOTS` entries on it is
+    /// ordered at once.
+    #[test]
+    fn a_map_built_in_bulk_holds_what_inserts_would() {
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for n in [
+            0,
+            1,
+            5,
+            PAGE - 1,
+            PAGE + 3,
+            SPLIT_AT + 3 * PAGE + 17,
+            MAX_SLOTS,
+        ] {
+            let mut all: Vec<(Key, Entry)> = (0..n)
+                .map(|i| {
+                    let key = Key::from_slice(&next().to_be_bytes()[..4 + i % 5]);
+                    let e = Entry {
+                        file: 7 + (i % 3) as u32,
+                        offset: (i * 40) as u32,
+                        ..Entry::at_seq(i as u64)
+                    };
+                    (key, e)
+                })
+                .collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all.dedup_by(|a, b| a.0 == b.0);
+            let one: BTreeMap<Key, Entry> = all.iter().cloned().collect();
+            // Parts of every shape, in key order as open's are.
+            let shapes = [0, 3, PAGE, 2 * PAGE + 5, PAGE - 1, 0, 1];
+            let hash_key = HashKey::new();
+            let mut parts = Vec::new();
+            let mut rest = all.as_slice();
+            for shape in shapes.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (part, tail) = rest.split_at((*shape).min(rest.len()));
+                parts.push(hash_key.prepare(part.to_vec()));
+                rest = tail;
+            }
+            let mut map = KeyMap::hashed_from(&hash_key, parts, SHARD_RECORDS);
+            assert_eq!(map.len(), one.len(), "{n} entries");
+            if n >= MAX_SLOTS {
+                assert!(map.ordered().is_some());
+                assert_eq!(
+                    entries(&map),
+                    one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
+                );
+                continue;
+            }
+            assert!(map.is_hashed());
+            let tables = if n >= SPLIT_AT { TABLES } else { 1 };
+            assert_eq!(map.shard_lens().len(), tables);
+            for (key, e) in &one {
+                let (hint, got) = hinted(&map, key);
+                assert_eq!(got, Some(*e));
+                // A key sharing its stored hash bits with another may be handed that one's
+                // place; any other gets its own.
+                let hint = hint.expect("a hint");
+                assert!(hint == (e.file, e.offset) || one.len() > 1000, "{hint:?}");
+            }
+            let mut one = one;
+            let keys: Vec<Key> = one.keys().cloned().collect();
+            for (i, key) in keys.iter().enumerate().step_by(3) {
+                assert_eq!(map.remove(key), one.remove(key));
+                let fresh = Key::from_slice(&next().to_be_bytes());
+                let e = Entry::at_seq((n + i) as u64);
+                assert_eq!(map.insert(fresh.clone(), e), one.insert(fresh, e));
+            }
+            for (i, key) in keys.iter().enumerate() {
+                if i % 3 == 1 {
+                    assert_eq!(map.remove(key), one.remove(key));
+                }
+            }
+            while {
+                map.trim();
+                map.trimming()
+            } {}
+            assert_eq!(map.len(), one.len());
+            for (key, e) in &one {
+                assert_eq!(map.get(key), Some(e));
+            }
+            map.make_ordered();
+            assert_eq!(
+                entries(&map),
+                one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
+            );
+        }
+    }
+
     /// After nine keys in ten leave, trimming a bounded step at a time moves the survivors
     /// into the holes and cuts the slab to about the live keys, while every lookup, change
     /// and walk still agrees with a B-tree, before, during and after.
@@ -2251,7 +2626,7 @@ mod tests {
         while let Some(next) = map.copy_entries(at, 1000, &mut copy) {
             at = next;
         }
-        let mut ordered = Ordered::from_unsorted(copy);
+        let mut ordered = Ordered::from_unsorted(copy, SHARD_RECORDS);
         let Touched::Keys(keys) = map.take_touched() else {
             panic!("keys noted");
         };

@@ -2,31 +2,33 @@
 //! side by side on every core.
 //!
 //! Every run (the records of one file, sorted by key, newest first) is cut at the same split
-//! keys, so each shard merges the pieces that fall in its range and builds its own B-tree
-//! ([`KeyMap`]). All records of a key are in one shard, so a shard decides its keys exactly
-//! as one merge of everything would. What the pass over the survivors gathers besides the map
+//! keys, so each shard merges the pieces that fall in its range and lays its survivors out
+//! for a hashed map ([`HashKey::prepare`]), which is then built from the shards' parts
+//! ([`KeyMap::hashed_from`]). All records of a key are in one shard, so a shard decides its
+//! keys exactly as one merge of everything would. What the pass over the survivors gathers besides the map
 //! (census, live bytes per file, expired records to free) is kept per shard in a
 //! [`Survivors`] and added up at the end; the timers are filed afterwards ([`file_timers`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use super::{merge_runs_with, FileIdHasher, FileLive, Run, LOADED_TOMBSTONE};
 use crate::compaction::policy;
 use crate::expiry::timers::{Filing, Timers};
 use crate::expiry::Timer;
-use crate::keydir::{Entry, Gathered, Key, KeyMap};
+use crate::keydir::{Entry, Gathered, HashKey, Key, KeyMap};
 use crate::ttl::{self, TtlChange};
 
-/// Records per shard a keyspace is split into when it has at least two shards' worth: at
-/// 1 M keys, 61 shards. Smaller shards leave less behind: each thread's merged vector and sort
-/// scratch are freed into its allocator arena between the tree nodes, and are kept there.
-/// Measured at 1 M keys (RSS growth per key after open, open time): one shard 69.1 B, 127 ms;
-/// 65 k records per shard 78.7 B, 75 ms; 16 k 72.3 B, 71 ms; 4 k 71.1 B, 79 ms. Point reads
-/// were the same within noise (0.83-0.89 M/s) from one shard to 4 k records per shard.
+/// Records per part a keyspace's records are cut into for open's merges, when it has at least
+/// two parts' worth: at 1 M keys, 61 parts, merged and laid out in slab pages on every core.
+/// Chosen when each part built a B-tree of its own (open built ordered maps until 2026-12-07):
+/// smaller parts left less behind, each thread's merged vector and sort scratch being freed
+/// into its allocator arena between the tree nodes. Measured then at 1 M keys (RSS growth per
+/// key after open, open time): one shard 69.1 B, 127 ms; 65 k records per shard 78.7 B, 75 ms;
+/// 16 k 72.3 B, 71 ms; 4 k 71.1 B, 79 ms.
 pub(crate) const SHARD_RECORDS: usize = 1 << 14;
-/// At most this many shards (each costs a split key; a lookup searches them first, eight
-/// comparisons at most).
+/// At most this many parts (each costs a split key, and the index tables are filled from each
+/// part's elements in turn).
 const MAX_SHARDS: usize = 256;
 
 /// One deadline in this many is sampled to cut the filing of timers into ranges.
@@ -255,20 +257,13 @@ fn quantiles<T: Ord + Copy>(mut sample: Vec<T>, parts: usize) -> Vec<T> {
     cuts
 }
 
-/// The key directory of a keyspace from its `runs` (each sorted by key, newest first), with
-/// what its survivors gathered: shards of about `per_shard` records, built on up to `threads`
-/// threads. Each key's first record in the merged order (its newest; between equal sequence
-/// numbers, the one from the earlier run) is decided by `rules`.
-pub(super) fn build(
-    mut runs: Vec<Run>,
-    rules: &Rules<'_>,
-    per_shard: usize,
-    threads: usize,
-) -> (KeyMap, Survivors) {
+/// `runs` cut into shards of about `per_shard` records, each with its first key (none for
+/// the first) and its pieces of every run.
+fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
     let total: usize = runs.iter().map(Vec::len).sum();
     let shards = (total / per_shard.max(1)).clamp(1, MAX_SHARDS);
     let starts = if shards > 1 {
-        split_keys(&runs, shards)
+        split_keys(runs, shards)
     } else {
         Vec::new()
     };
@@ -277,7 +272,7 @@ pub(super) fn build(
         .chain(starts.into_iter().map(Some))
         .map(|s| (s, Vec::new()))
         .collect();
-    for run in &mut runs {
+    for run in runs.iter_mut() {
         let mut rest: &mut [(Key, Entry)] = run;
         for i in 0..jobs.len() {
             let cut = match jobs.get(i + 1) {
@@ -291,6 +286,21 @@ pub(super) fn build(
             rest = tail;
         }
     }
+    jobs
+}
+
+/// The key directory of a keyspace from its `runs` (each sorted by key, newest first), with
+/// what its survivors gathered: shards of about `per_shard` records, built on up to `threads`
+/// threads. Each key's first record in the merged order (its newest; between equal sequence
+/// numbers, the one from the earlier run) is decided by `rules`.
+pub(super) fn build(
+    mut runs: Vec<Run>,
+    rules: &Rules<'_>,
+    per_shard: usize,
+    threads: usize,
+) -> (KeyMap, Survivors) {
+    let jobs = split(&mut runs, per_shard);
+    let hash_key = HashKey::new();
     let one = |pieces: Vec<&mut [(Key, Entry)]>| {
         let mut acc = Survivors::default();
         let n = pieces.iter().map(|p| p.len()).sum();
@@ -299,23 +309,21 @@ pub(super) fn build(
             .map(|p| p.iter_mut().map(|(k, e)| (std::mem::take(k), *e)))
             .collect();
         let kept = merge_runs_with(iters, n, |r| rules.keep(&mut acc, r));
-        // A vector's iterator collects in place: the tree is built from the merged records
-        // without another copy of them.
-        let tree: BTreeMap<Key, Entry> = kept.into_iter().collect();
-        (tree, acc)
+        // Laid out for a hashed map on this thread (a few ms per million keys; wasted only
+        // for a keyspace too large to be hashed).
+        (hash_key.prepare(kept), acc)
     };
     let threads = threads.min(jobs.len());
-    let built = super::side_by_side(jobs, threads, false, |(), (start, pieces)| {
-        let (tree, acc) = one(pieces);
-        ((start, tree), acc)
-    });
+    let built = super::side_by_side(jobs, threads, false, |(), (_, pieces)| one(pieces));
     let mut all = Survivors::default();
-    let mut shards = Vec::with_capacity(built.len());
-    for (shard, acc) in built {
-        shards.push(shard);
+    let mut parts = Vec::with_capacity(built.len());
+    for (part, acc) in built {
+        parts.push(part);
         all.absorb(acc);
     }
-    (KeyMap::from_shards(shards), all)
+    // Hashed, as a map that starts empty is (DESIGN.md §3.1, "Open builds hashed maps"), or
+    // ordered when it holds more entries than a hashed map may.
+    (KeyMap::hashed_from(&hash_key, parts, per_shard), all)
 }
 
 #[cfg(test)]
@@ -372,10 +380,15 @@ mod tests {
             reaped_upto: 0,
             now: 1_000,
         };
-        let (map, _) = build(runs, &rules, 10_000, 2);
-        let lens = map.shard_lens();
+        let mut runs = runs;
+        let lens: Vec<usize> = split(&mut runs, 10_000)
+            .iter()
+            .map(|(_, pieces)| pieces.iter().map(|p| p.len()).sum())
+            .collect();
         assert_eq!(lens.len(), 20);
         assert!(lens.iter().all(|&n| n < 3 * 10_000), "{lens:?}");
+        let (map, _) = build(runs.clone(), &rules, 10_000, 2);
+        assert_eq!(map.len(), runs.iter().map(Vec::len).sum::<usize>());
     }
 
     /// Three keyspaces' maps filed together: every timer keeps its keyspace, key and second,
@@ -572,7 +585,7 @@ mod tests {
                 runs[i].sort_by(super::super::record_order);
             }
             let (want, want_acc) = build(runs.clone(), &rules, usize::MAX, 1);
-            assert_eq!(want.shards(), 1);
+            assert_eq!(split(&mut runs.clone(), usize::MAX).len(), 1);
             let want_fired = fired(&mut file_timers(
                 &[(3, &want)],
                 &want_acc.deadlines,
@@ -595,12 +608,16 @@ mod tests {
                 let total: usize = runs.iter().map(Vec::len).sum();
                 if per_shard < total / 2 {
                     assert!(
-                        got.shards() > 1,
+                        split(&mut runs.clone(), per_shard).len() > 1,
                         "round {round}: {total} records in one shard"
                     );
                 }
-                let a: Vec<_> = got.iter().map(|(k, e)| (k.clone(), *e)).collect();
-                let b: Vec<_> = want.iter().map(|(k, e)| (k.clone(), *e)).collect();
+                // A hashed map holds its entries in slab order: compared in key order.
+                let mut a: Vec<_> = got.iter().map(|(k, e)| (k.clone(), *e)).collect();
+                let mut b: Vec<_> = want.iter().map(|(k, e)| (k.clone(), *e)).collect();
+                a.sort_by(|x, y| x.0.cmp(&y.0));
+                b.sort_by(|x, y| x.0.cmp(&y.0));
+                assert!(a.windows(2).all(|w| w[0].0 < w[1].0), "a key twice");
                 assert_eq!(a, b, "round {round}, {per_shard} per shard");
                 assert_eq!(
                     acc.census.clone().finish(),
