@@ -451,9 +451,10 @@ impl KeyspaceCore {
                     ordered.set(key, e);
                 }
                 let old = st.map.finish_ordering(ordered);
-                // The hashed layout is freed with no lock held.
+                // The hashed layout is freed with no lock held, and its memory given back.
                 drop(st);
                 drop(old);
+                crate::log::mmap::release_free_memory();
                 let st = self.state.read();
                 if st.map.ordered().is_some() {
                     return OrderedRead(st);

@@ -453,6 +453,16 @@ fn cycle(seed: u64) -> Result<bool, String> {
         }
         ctx(&format!("reopen after the crash: {e}"))
     })?;
+    // Whether open built a key directory from several parts, asked before the reads below
+    // walk the maps in key order (a walk orders a map, and then its shards are counted).
+    let mut sharded = false;
+    for name in NAMES {
+        sharded |= db
+            .store
+            .key_directory_shards(name)
+            .map_err(|e| ctx(&e.to_string()))?
+            > 1;
+    }
     let got = state(&db).map_err(|e| ctx(&format!("read after the crash: {e}")))?;
     let defaults = [db.ks[0].default_ttl(), db.ks[1].default_ttl()];
     // The first data step that started after the power went out bounds the prefix.
@@ -489,14 +499,6 @@ fn cycle(seed: u64) -> Result<bool, String> {
             fsyncs,
         )));
     };
-    let mut sharded = false;
-    for name in NAMES {
-        sharded |= db
-            .store
-            .key_directory_shards(name)
-            .map_err(|e| ctx(&e.to_string()))?
-            > 1;
-    }
     // Compaction and another reopen keep exactly that state. In every other cycle the
     // compaction decides against hashed key directories (the check above walked them in
     // order, which orders them), as a store just opened or written since open has.

@@ -495,6 +495,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         .map(|id| (id, now))
         .collect();
 
+    // The loaded runs and the builds' scratch are gone: their memory goes back to the
+    // system rather than staying in the allocator's heaps (DESIGN.md §3.1, "Open builds
+    // hashed maps").
+    crate::log::mmap::release_free_memory();
+
     // Counters near their type's end can only come from damaged files (2^62 writes or 2^31
     // files are not reachable); refusing them keeps every later increment from overflowing.
     let next_seq = manifest.next_seq.max(loader.max_seq.saturating_add(1));

@@ -383,10 +383,10 @@ fn bit(words: &[u64], i: usize) -> bool {
 /// Slots per page of a [`Pages`] (256 KiB).
 const PAGE: usize = 4096;
 
-/// A slab's slots, in pages of [`PAGE`]: growing never moves a slot. As one vector, the slab
-/// doubled by `realloc`, and going from 2^23 to 2^24 slots (512 MiB) held a write batch for
-/// about 23 ms (the slowest batch of the keeps-up runs, at 8-9 M keys); the end also gives
-/// whole pages back as it shrinks.
+/// A slab's slots, in pages of [`PAGE`]: growing never moves a slot (but within a short first
+/// page, [`FIRST_PAGE`]). As one vector, the slab doubled by `realloc`, and going from 2^23 to
+/// 2^24 slots (512 MiB) held a write batch for about 23 ms (the slowest batch of the keeps-up
+/// runs, at 8-9 M keys); the end also gives whole pages back as it shrinks.
 #[derive(Debug, Default)]
 struct Pages {
     pages: Vec<Box<[Line]>>,
@@ -405,16 +405,45 @@ const _: () = assert!(
     "a slot fills its cache line exactly"
 );
 
+/// Slots of a slab's first page: it doubles up to [`PAGE`] while it is the only one, so that
+/// each of many small keyspaces does not hold a page of 4,096 slots (256 KiB; a review
+/// measured 400 keyspaces of 3 keys at 105 MB after an open that gave each a full page).
+const FIRST_PAGE: usize = 16;
+
+/// A page of `size` empty slots.
+fn holes(size: usize) -> Box<[Line]> {
+    (0..size).map(|_| Line((Key::default(), HOLE))).collect()
+}
+
 impl Pages {
     #[inline]
     fn len(&self) -> usize {
         self.len
     }
 
+    /// Slots the pages have room for. Only a first page that is the only one may be short.
+    fn room(&self) -> usize {
+        match self.pages.as_slice() {
+            [only] => only.len(),
+            pages => pages.len() * PAGE,
+        }
+    }
+
     fn push(&mut self, v: (Key, Entry)) {
-        if self.len == self.pages.len() * PAGE {
-            self.pages
-                .push((0..PAGE).map(|_| Line((Key::default(), HOLE))).collect());
+        if self.len == self.room() {
+            match self.pages.as_mut_slice() {
+                [only] if only.len() < PAGE => {
+                    // The only page, short, doubles (a copy of at most half a page).
+                    let mut lines = std::mem::take(only).into_vec();
+                    let grown = (lines.len() * 2).min(PAGE);
+                    lines.extend((lines.len()..grown).map(|_| Line((Key::default(), HOLE))));
+                    *only = lines.into_boxed_slice();
+                }
+                pages => {
+                    let size = if pages.is_empty() { FIRST_PAGE } else { PAGE };
+                    self.pages.push(holes(size));
+                }
+            }
         }
         let i = self.len;
         self.pages[i / PAGE][i % PAGE].0 = v;
@@ -518,8 +547,14 @@ impl Slab {
     ) -> Self {
         let mut rest = rest.fuse();
         let more = n.div_ceil(PAGE) - pages.len();
+        // Fewer entries than a page: one short page, as the map would have grown it.
+        let size = if n < PAGE {
+            n.next_power_of_two().clamp(FIRST_PAGE, PAGE)
+        } else {
+            PAGE
+        };
         pages.extend((0..more).map(|_| {
-            (0..PAGE)
+            (0..size)
                 .map(|_| Line(rest.next().unwrap_or((Key::default(), HOLE))))
                 .collect()
         }));
@@ -606,8 +641,8 @@ struct Hashed {
     /// Where each index table's buckets lie, one per table, for the prefetches of lookups and
     /// [`KeyMap::prefetch`] (a hint only).
     ends: Box<[TableEnd]>,
-    /// Records per shard when the map is ordered ([`SHARD_RECORDS`], or what open was told:
-    /// `Options::open_shard_records`, a test hook).
+    /// Records per shard when the map is ordered ([`SHARD_RECORDS`], or fewer when open was
+    /// told to build from smaller parts: `Options::open_shard_records`, a test hook).
     shard_records: usize,
     /// How many parts open built the map from (1 for a map that grew by inserts): what
     /// [`KeyMap::shards`] tells of a hashed map, for tests.
@@ -851,26 +886,22 @@ impl HashKey {
     #[must_use]
     pub fn prepare(&self, part: Vec<(Key, Entry)>) -> HashedPart {
         let picks = picks();
+        // Each key is hashed twice, to count and then to deal, rather than its table and
+        // element kept in between: at 1 M keys that buffer was 24 MB of fresh memory to
+        // fault in, where a hash costs a few nanoseconds.
         let mut starts = vec![0u32; TABLES + 1];
-        let placed: Vec<(u16, Elem)> = part
-            .iter()
-            .zip(0u32..)
-            .map(|((key, e), slot)| {
-                let stored = stored_bits(&self.0, key);
-                let t = table_for(picks, TABLES, stored);
-                starts[t + 1] += 1;
-                #[allow(clippy::cast_possible_truncation)] // below TABLES
-                (t as u16, Elem::new(slot, stored, e))
-            })
-            .collect();
+        for (key, _) in &part {
+            starts[table_for(picks, TABLES, stored_bits(&self.0, key)) + 1] += 1;
+        }
         for t in 0..TABLES {
             starts[t + 1] += starts[t];
         }
         let mut next = starts.clone();
         let mut elems = vec![Elem::EMPTY; part.len()];
-        for (t, v) in placed {
-            let at = &mut next[usize::from(t)];
-            elems[*at as usize] = v;
+        for ((key, e), slot) in part.iter().zip(0u32..) {
+            let stored = stored_bits(&self.0, key);
+            let at = &mut next[table_for(picks, TABLES, stored)];
+            elems[*at as usize] = Elem::new(slot, stored, e);
             *at += 1;
         }
         let whole = part.len() / PAGE * PAGE;
@@ -1136,6 +1167,9 @@ impl KeyMap {
     /// ordered instead, as a hashed map reaching that many is.
     #[must_use]
     pub fn hashed_from(key: &HashKey, parts: Vec<HashedPart>, per_shard: usize) -> Self {
+        // Ordering cuts shards of at most SHARD_RECORDS, fewer where a test asks for small
+        // parts so that its walks cross shard boundaries.
+        let per_shard = per_shard.clamp(1, SHARD_RECORDS);
         let n: usize = parts.iter().map(HashedPart::len).sum();
         if n >= MAX_SLOTS {
             let all: Vec<(Key, Entry)> = parts
@@ -1151,7 +1185,7 @@ impl KeyMap {
         }
         let mut h = Hashed::new();
         h.keyed = key.0.clone();
-        h.shard_records = per_shard.max(1);
+        h.shard_records = per_shard;
         h.parts = parts.len().max(1);
         if n >= SPLIT_AT {
             h.index = (0..TABLES).map(|_| HashTable::new()).collect();
@@ -1277,8 +1311,8 @@ impl KeyMap {
         }
     }
 
-    /// Records per shard when the map is ordered: [`SHARD_RECORDS`], or for a map open built,
-    /// what it was told (`Options::open_shard_records`, a test hook).
+    /// Records per shard when the map is ordered: [`SHARD_RECORDS`], or fewer for a map open
+    /// built from smaller parts (`Options::open_shard_records`, a test hook).
     #[must_use]
     pub fn shard_records(&self) -> usize {
         match &self.layout {
@@ -2310,9 +2344,14 @@ mod tests {
             0,
             1,
             5,
+            64,
             PAGE - 1,
+            PAGE,
             PAGE + 3,
+            SPLIT_AT - 1,
+            SPLIT_AT,
             SPLIT_AT + 3 * PAGE + 17,
+            MAX_SLOTS - 1,
             MAX_SLOTS,
         ] {
             let mut all: Vec<(Key, Entry)> = (0..n)
@@ -2330,7 +2369,7 @@ mod tests {
             all.dedup_by(|a, b| a.0 == b.0);
             let one: BTreeMap<Key, Entry> = all.iter().cloned().collect();
             // Parts of every shape, in key order as open's are.
-            let shapes = [0, 3, PAGE, 2 * PAGE + 5, PAGE - 1, 0, 1];
+            let shapes = [0, 3, PAGE, 2 * PAGE + 5, PAGE - 1, 0, 1, 64, 3 * PAGE];
             let hash_key = HashKey::new();
             let mut parts = Vec::new();
             let mut rest = all.as_slice();
@@ -2355,14 +2394,30 @@ mod tests {
             assert!(map.is_hashed());
             let tables = if n >= SPLIT_AT { TABLES } else { 1 };
             assert_eq!(map.shard_lens().len(), tables);
+            // A key whose stored hash bits another key shares may be handed that one's place;
+            // every other key gets its own.
+            let mut seen = std::collections::HashMap::new();
+            for key in one.keys() {
+                *seen.entry(stored_bits(&hash_key.0, key)).or_insert(0) += 1;
+            }
             for (key, e) in &one {
                 let (hint, got) = hinted(&map, key);
                 assert_eq!(got, Some(*e));
-                // A key sharing its stored hash bits with another may be handed that one's
-                // place; any other gets its own.
-                let hint = hint.expect("a hint");
-                assert!(hint == (e.file, e.offset) || one.len() > 1000, "{hint:?}");
+                if seen[&stored_bits(&hash_key.0, key)] == 1 {
+                    assert_eq!(hint, Some((e.file, e.offset)));
+                }
             }
+            // A map of fewer entries than a page holds one short page, as one grown by
+            // inserts would; more, whole pages.
+            let Layout::Hashed(h) = &map.layout else {
+                unreachable!("hashed")
+            };
+            let room = match n {
+                0 => 0,
+                n if n < PAGE => n.next_power_of_two().clamp(FIRST_PAGE, PAGE),
+                n => n.div_ceil(PAGE) * PAGE,
+            };
+            assert_eq!(h.slab.slots.room(), room, "{n} entries");
             let mut one = one;
             let keys: Vec<Key> = one.keys().cloned().collect();
             for (i, key) in keys.iter().enumerate().step_by(3) {
@@ -2389,6 +2444,32 @@ mod tests {
                 entries(&map),
                 one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>()
             );
+        }
+    }
+
+    /// A map that grows by inserts starts on a page of `FIRST_PAGE` slots, which doubles while
+    /// it is the only one; a full page of `PAGE` slots comes after it, and every key keeps its
+    /// entry through each growth.
+    #[test]
+    fn the_first_page_doubles_up_to_a_whole_page() {
+        let mut map = KeyMap::default();
+        let room = |map: &KeyMap| match &map.layout {
+            Layout::Hashed(h) => h.slab.slots.room(),
+            Layout::Ordered(_) => unreachable!("hashed"),
+        };
+        assert_eq!(room(&map), 0);
+        let key = |i: usize| Key::from_slice(&(i as u64).to_be_bytes());
+        for i in 0..PAGE + 1 {
+            map.insert(key(i), Entry::at_seq(i as u64));
+            let want = if i < PAGE {
+                (i + 1).next_power_of_two().max(FIRST_PAGE)
+            } else {
+                2 * PAGE
+            };
+            assert_eq!(room(&map), want, "after {} keys", i + 1);
+        }
+        for i in 0..PAGE + 1 {
+            assert_eq!(map.get(&key(i)), Some(&Entry::at_seq(i as u64)));
         }
     }
 

@@ -321,6 +321,9 @@ pub(super) fn build(
         parts.push(part);
         all.absorb(acc);
     }
+    // The runs' records were moved out by the merges, but dropping them still visits each
+    // (10 ms at 1 M records): their room goes before the map's, on every core.
+    super::side_by_side(runs, threads, false, |(), run| drop(run));
     // Hashed, as a map that starts empty is (DESIGN.md §3.1, "Open builds hashed maps"), or
     // ordered when it holds more entries than a hashed map may.
     (KeyMap::hashed_from(&hash_key, parts, per_shard), all)
