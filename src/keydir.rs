@@ -20,7 +20,7 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 mod census;
 mod map;
 pub use census::{Census, Count, Gathered};
-pub use map::{HashKey, KeyMap, Ordered, Slot, Touched};
+pub use map::{HashKey, KeyMap, Ordered, PartPages, Slot, Touched};
 
 /// A key as stored in the key directory: keys up to 23 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and

@@ -242,23 +242,25 @@ fn record_order(a: &(Key, Entry), b: &(Key, Entry)) -> std::cmp::Ordering {
 /// would have it. A heap of run indices, so thousands of segments cost `log k` per record.
 #[cfg(test)]
 fn merge_runs(runs: Vec<Vec<(Key, Entry)>>) -> Vec<(Key, Entry)> {
-    let total = runs.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(runs.iter().map(Vec::len).sum());
     merge_runs_with(
         runs.into_iter().map(Vec::into_iter).collect(),
-        total,
         |_| true,
-    )
+        |r| out.push(r),
+    );
+    out
 }
 
-/// As `merge_runs` (the tests' form), over runs given as iterators of `total` records in all, keeping only
-/// the records for which `keep` (called on each key's first record, which it may change)
-/// says so: open's pass over the survivors runs while each record is in the cache, instead
-/// of as one more pass over a vector of a million.
+/// As `merge_runs` (the tests' form), over runs given as iterators, handing `out` only the
+/// records for which `keep` (called on each key's first record, which it may change) says so,
+/// in order: open's pass over the survivors runs while each record is in the cache, instead of
+/// as one more pass over a vector of a million, and the survivors go straight where they are
+/// kept (open's slab pages) rather than through a vector of their own.
 fn merge_runs_with<I: Iterator<Item = (Key, Entry)>>(
     mut runs: Vec<I>,
-    total: usize,
     mut keep: impl FnMut(&mut (Key, Entry)) -> bool,
-) -> Vec<(Key, Entry)> {
+    mut out: impl FnMut((Key, Entry)),
+) {
     let mut heads: Vec<Option<(Key, Entry)>> = runs.iter_mut().map(Iterator::next).collect();
     // True when run `a`'s head comes before run `b`'s.
     let before = |heads: &[Option<(Key, Entry)>], a: usize, b: usize| match (&heads[a], &heads[b]) {
@@ -285,10 +287,9 @@ fn merge_runs_with<I: Iterator<Item = (Key, Entry)>>(
     for i in (0..heap.len() / 2).rev() {
         sift_down(&mut heap, &heads, i);
     }
-    let mut out: Vec<(Key, Entry)> = Vec::with_capacity(total);
     let mut emit = |mut done: (Key, Entry)| {
         if keep(&mut done) {
-            out.push(done);
+            out(done);
         }
     };
     // The first record of the key being read, decided once the next key comes.
@@ -312,7 +313,6 @@ fn merge_runs_with<I: Iterator<Item = (Key, Entry)>>(
     if let Some(done) = first {
         emit(done);
     }
-    out
 }
 
 pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
@@ -1109,13 +1109,17 @@ mod tests {
         // (here: an odd sequence number, as open drops a tombstone) is gone: an older record
         // of it never takes its place. It may change what it keeps.
         let mut calls = 0;
-        let total = runs.iter().map(Vec::len).sum();
         let iters = runs.into_iter().map(Vec::into_iter).collect();
-        let kept = merge_runs_with(iters, total, |(_, e)| {
-            calls += 1;
-            e.offset = 7;
-            e.seq % 2 == 0
-        });
+        let mut kept = Vec::new();
+        merge_runs_with(
+            iters,
+            |(_, e)| {
+                calls += 1;
+                e.offset = 7;
+                e.seq % 2 == 0
+            },
+            |r| kept.push(r),
+        );
         assert_eq!(calls, all.len());
         all.retain(|(_, e)| e.seq % 2 == 0);
         assert!(all.len() > 20 && kept.iter().all(|(_, e)| e.offset == 7));

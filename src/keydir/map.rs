@@ -878,19 +878,26 @@ impl HashKey {
         Self(Keyed::new())
     }
 
-    /// One part of a map to be built by [`KeyMap::hashed_from`]: `part`'s entries laid out in
-    /// slab pages (the whole pages; the rest, under a page, kept apart), and their index
-    /// elements, their slots numbered from 0 in `part`'s order and dealt by the index table
-    /// each belongs in (of [`TABLES`]). Open prepares its parts on every core as their merges
-    /// finish; only the rests and the index tables are left for the build.
+    /// One part of a map to be built by [`KeyMap::hashed_from`], from `part`'s entries laid
+    /// out in slab pages: their index elements, their slots numbered from 0 in `part`'s order
+    /// and dealt by the index table each belongs in (of [`TABLES`]). Open prepares its parts on
+    /// every core as their merges finish; only the rests (the entries after a part's last
+    /// whole page) and the index tables are left for the build.
     #[must_use]
-    pub fn prepare(&self, part: Vec<(Key, Entry)>) -> HashedPart {
+    pub fn prepare(&self, part: PartPages) -> HashedPart {
         let picks = picks();
+        let entries = || {
+            part.pages
+                .iter()
+                .flat_map(|p| p.iter())
+                .chain(&part.page)
+                .map(|l| &l.0)
+        };
         // Each key is hashed twice, to count and then to deal, rather than its table and
         // element kept in between: at 1 M keys that buffer was 24 MB of fresh memory to
         // fault in, where a hash costs a few nanoseconds.
         let mut starts = vec![0u32; TABLES + 1];
-        for (key, _) in &part {
+        for (key, _) in entries() {
             starts[table_for(picks, TABLES, stored_bits(&self.0, key)) + 1] += 1;
         }
         for t in 0..TABLES {
@@ -898,23 +905,47 @@ impl HashKey {
         }
         let mut next = starts.clone();
         let mut elems = vec![Elem::EMPTY; part.len()];
-        for ((key, e), slot) in part.iter().zip(0u32..) {
+        for ((key, e), slot) in entries().zip(0u32..) {
             let stored = stored_bits(&self.0, key);
             let at = &mut next[table_for(picks, TABLES, stored)];
             elems[*at as usize] = Elem::new(slot, stored, e);
             *at += 1;
         }
-        let whole = part.len() / PAGE * PAGE;
-        let mut entries = part.into_iter();
-        let pages = (0..whole / PAGE)
-            .map(|_| entries.by_ref().take(PAGE).map(Line).collect())
-            .collect();
         HashedPart {
-            pages,
-            rest: entries.collect(),
+            pages: part.pages,
+            rest: part.page,
             starts,
             elems,
         }
+    }
+}
+
+/// A part's entries, in order, written straight into slab pages as they come (open's merges
+/// hand their survivors here instead of collecting them in a vector first: at 1 M keys that
+/// vector was 64 MB of memory to fault in and copy once more).
+#[derive(Debug, Default)]
+pub struct PartPages {
+    /// Whole pages.
+    pages: Vec<Box<[Line]>>,
+    /// The page being filled (fewer than [`PAGE`] entries).
+    page: Vec<Line>,
+}
+
+impl PartPages {
+    /// Appends `v`.
+    pub fn push(&mut self, v: (Key, Entry)) {
+        if self.page.capacity() == 0 {
+            self.page.reserve_exact(PAGE);
+        }
+        self.page.push(Line(v));
+        if self.page.len() == PAGE {
+            self.pages
+                .push(std::mem::take(&mut self.page).into_boxed_slice());
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.pages.len() * PAGE + self.page.len()
     }
 }
 
@@ -924,7 +955,7 @@ pub struct HashedPart {
     /// The part's first entries, in whole slab pages.
     pages: Vec<Box<[Line]>>,
     /// The entries after them (fewer than a page).
-    rest: Vec<(Key, Entry)>,
+    rest: Vec<Line>,
     /// Index table `t`'s elements are `elems[starts[t]..starts[t + 1]]`.
     starts: Vec<u32>,
     elems: Vec<Elem>,
@@ -1176,7 +1207,7 @@ impl KeyMap {
                 .into_iter()
                 .flat_map(|p| {
                     let pages = p.pages.into_iter().flat_map(|page| page.into_vec());
-                    pages.map(|l| l.0).chain(p.rest)
+                    pages.chain(p.rest).map(|l| l.0)
                 })
                 .collect();
             return Self {
@@ -1209,7 +1240,7 @@ impl KeyMap {
             rests.extend(p.rest);
             indexes.push((p.starts, p.elems));
         }
-        h.slab = Slab::filled(pages, rests.into_iter(), n);
+        h.slab = Slab::filled(pages, rests.into_iter().map(|l| l.0), n);
         let single = h.index.len() == 1;
         let fill = |first: usize, index: &mut [HashTable<Elem>]| {
             let hasher = |&v: &Elem| spread(stored_of(v));
@@ -2378,7 +2409,11 @@ mod tests {
                     break;
                 }
                 let (part, tail) = rest.split_at((*shape).min(rest.len()));
-                parts.push(hash_key.prepare(part.to_vec()));
+                let mut pages = PartPages::default();
+                for v in part {
+                    pages.push(v.clone());
+                }
+                parts.push(hash_key.prepare(pages));
                 rest = tail;
             }
             let mut map = KeyMap::hashed_from(&hash_key, parts, SHARD_RECORDS);

@@ -16,7 +16,7 @@ use super::{merge_runs_with, FileIdHasher, FileLive, Run, LOADED_TOMBSTONE};
 use crate::compaction::policy;
 use crate::expiry::timers::{Filing, Timers};
 use crate::expiry::Timer;
-use crate::keydir::{Entry, Gathered, HashKey, Key, KeyMap};
+use crate::keydir::{Entry, Gathered, HashKey, Key, KeyMap, PartPages};
 use crate::ttl::{self, TtlChange};
 
 /// Records per part a keyspace's records are cut into for open's merges, when it has at least
@@ -303,14 +303,14 @@ pub(super) fn build(
     let hash_key = HashKey::new();
     let one = |pieces: Vec<&mut [(Key, Entry)]>| {
         let mut acc = Survivors::default();
-        let n = pieces.iter().map(|p| p.len()).sum();
         let iters: Vec<_> = pieces
             .into_iter()
             .map(|p| p.iter_mut().map(|(k, e)| (std::mem::take(k), *e)))
             .collect();
-        let kept = merge_runs_with(iters, n, |r| rules.keep(&mut acc, r));
-        // Laid out for a hashed map on this thread (a few ms per million keys; wasted only
-        // for a keyspace too large to be hashed).
+        // The survivors go straight into slab pages, and are then laid out for a hashed map
+        // on this thread (wasted only for a keyspace too large to be hashed).
+        let mut kept = PartPages::default();
+        merge_runs_with(iters, |r| rules.keep(&mut acc, r), |r| kept.push(r));
         (hash_key.prepare(kept), acc)
     };
     let threads = threads.min(jobs.len());
