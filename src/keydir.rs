@@ -386,6 +386,10 @@ pub struct KeyspaceCore {
 /// is taken; copying 64 K slots into one growing vector held writers up to 12 ms at 2 M keys).
 const ORDER_COPY_SLOTS: usize = 1 << 14;
 
+/// Entries from which an ordering gives the freed hashed layout's memory back to the system
+/// (`mmap::release_free_memory`): 4 MB of slab and more.
+const RELEASE_AFTER_ORDERING: usize = 1 << 16;
+
 /// Keys brought up to date per read lock while a map is ordered off its lock.
 const ORDER_REPLAY_KEYS: usize = 1 << 12;
 
@@ -451,10 +455,14 @@ impl KeyspaceCore {
                     ordered.set(key, e);
                 }
                 let old = st.map.finish_ordering(ordered);
-                // The hashed layout is freed with no lock held, and its memory given back.
+                // The hashed layout is freed with no lock held, and a large one's memory given
+                // back (the call walks the allocator's heaps: worth it for megabytes, not for
+                // each of thousands of small keyspaces).
                 drop(st);
                 drop(old);
-                crate::log::mmap::release_free_memory();
+                if len >= RELEASE_AFTER_ORDERING {
+                    crate::log::mmap::release_free_memory();
+                }
                 let st = self.state.read();
                 if st.map.ordered().is_some() {
                     return OrderedRead(st);

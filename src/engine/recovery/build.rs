@@ -5,9 +5,10 @@
 //! keys, so each shard merges the pieces that fall in its range and lays its survivors out
 //! for a hashed map ([`HashKey::prepare`]), which is then built from the shards' parts
 //! ([`KeyMap::hashed_from`]). All records of a key are in one shard, so a shard decides its
-//! keys exactly as one merge of everything would. What the pass over the survivors gathers besides the map
-//! (census, live bytes per file, expired records to free) is kept per shard in a
-//! [`Survivors`] and added up at the end; the timers are filed afterwards ([`file_timers`]).
+//! keys exactly as one merge of everything would. What the pass over the survivors gathers
+//! besides the map (census, live bytes per file, expired records to free) is kept per shard
+//! in a [`Survivors`] and added up at the end; the timers are filed afterwards
+//! ([`file_timers`]).
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -290,9 +291,10 @@ fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
 }
 
 /// The key directory of a keyspace from its `runs` (each sorted by key, newest first), with
-/// what its survivors gathered: shards of about `per_shard` records, built on up to `threads`
-/// threads. Each key's first record in the merged order (its newest; between equal sequence
-/// numbers, the one from the earlier run) is decided by `rules`.
+/// what its survivors gathered: the records merged in shards of about `per_shard` records on
+/// up to `threads` threads, then built into one hashed map. Each key's first record in the
+/// merged order (its newest; between equal sequence numbers, the one from the earlier run) is
+/// decided by `rules`.
 pub(super) fn build(
     mut runs: Vec<Run>,
     rules: &Rules<'_>,
