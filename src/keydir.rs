@@ -11,7 +11,7 @@
 
 use std::cmp::Ordering;
 use std::num::NonZeroU8;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -19,8 +19,10 @@ use crate::ttl::{self, DefaultTtl, ItemTtl, TtlChange};
 
 mod census;
 mod map;
+mod rehash;
 pub use census::{Census, Count, Gathered};
 pub use map::{HashKey, KeyMap, Ordered, PartPages, Slot, Touched};
+pub use rehash::RehashWatch;
 
 /// A key as stored in the key directory: keys up to 23 bytes live inline in the map's nodes, so
 /// comparisons during a lookup do not chase a pointer per key (the difference between one and
@@ -376,9 +378,13 @@ pub struct KeyspaceCore {
     pub dropped: AtomicBool,
     /// Open scans and the batch before-images they need (taken after `state`).
     pub(crate) scans: parking_lot::Mutex<crate::scans::ScanRegistry>,
-    /// Held by the one walk that orders a hashed map ([`KeyspaceCore::read_ordered`]); taken
+    /// Held by the one walk that orders a hashed map ([`KeyspaceCore::read_ordered`]), or by
+    /// the worker hashing an ordered one again ([`KeyspaceCore::hash_off_lock`]); taken
     /// before `state`.
     pub(crate) ordering: parking_lot::Mutex<()>,
+    /// Walks in key order begun (each chunk of a scan counts): the worker hashes an ordered
+    /// map again once this stops moving (DESIGN.md §3.1, "Hashed again when walks stop").
+    pub(crate) walks: AtomicU64,
 }
 
 /// Slots copied per read lock while a map is ordered off its lock: writers to the keyspace
@@ -405,6 +411,8 @@ impl KeyspaceCore {
     /// in rounds under read locks, the last one under the write lock. A map once ordered stays
     /// so while the store is open, so the read lock taken after it sees it ordered.
     pub fn read_ordered(&self) -> OrderedRead<'_> {
+        self.walks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let st = self.state.read();
         if st.map.ordered().is_some() {
             return OrderedRead(st);
@@ -485,6 +493,80 @@ impl KeyspaceCore {
     }
 }
 
+/// Entries copied per read lock while an ordered map is hashed again off its lock (as
+/// [`ORDER_COPY_SLOTS`] for an ordering: a writer waits at most for one such copy).
+const HASH_COPY_KEYS: usize = 1 << 14;
+
+impl KeyspaceCore {
+    /// Makes an ordered map hashed again, off its lock (DESIGN.md §3.1, "Hashed again when
+    /// walks stop"), the mirror of the ordering in [`KeyspaceCore::read_ordered`]: the entries
+    /// are copied in key order a chunk at a time under read locks, built into a hashed map with
+    /// no lock held, and the keys written meanwhile replayed into it, in rounds under read
+    /// locks, the last one under the write lock. True if the map is hashed when it returns;
+    /// false if it stays ordered: too large for the hashed layout, or a walk changed entries in
+    /// place meanwhile (a default-TTL change), which gives the hashing up.
+    pub fn hash_off_lock(&self) -> bool {
+        let _one = self.ordering.lock();
+        let mut st = self.state.write();
+        if !st.map.hashable() {
+            return false;
+        }
+        if !st.map.begin_hashing() {
+            return true;
+        }
+        let len = st.map.len();
+        let per_shard = st.map.shard_records();
+        drop(st);
+        let mut copy = PartPages::default();
+        let mut after: Option<Key> = None;
+        loop {
+            let next =
+                self.state
+                    .read()
+                    .map
+                    .copy_ordered(after.as_ref(), HASH_COPY_KEYS, &mut copy);
+            match next {
+                Some(last) => after = Some(last),
+                None => break,
+            }
+        }
+        let mut hashed = KeyMap::hashed_of(copy, per_shard);
+        let mut round = 0;
+        loop {
+            let mut st = self.state.write();
+            let Some(keys) = st.map.take_touched_while_hashing() else {
+                st.map.abandon_hashing();
+                return false;
+            };
+            if keys.len() <= ORDER_REPLAY_KEYS || round == ORDER_ROUNDS {
+                for key in keys {
+                    let e = st.map.get(&key).copied();
+                    hashed.set(key, e);
+                }
+                let old = st.map.finish_hashing(hashed);
+                // The ordered layout is freed with no lock held (a million entries in B-trees
+                // take milliseconds to free), and a large one's memory given back.
+                drop(st);
+                let freed = old.is_some();
+                drop(old);
+                if freed && len >= RELEASE_AFTER_ORDERING {
+                    crate::log::mmap::release_free_memory();
+                }
+                return freed;
+            }
+            drop(st);
+            // A key changed after its replay here is noted again for the next round.
+            for chunk in keys.chunks(ORDER_REPLAY_KEYS) {
+                let st = self.state.read();
+                for key in chunk {
+                    hashed.set(key.clone(), st.map.get(key).copied());
+                }
+            }
+            round += 1;
+        }
+    }
+}
+
 impl KeyspaceCore {
     /// [`KeyspaceCore::read_ordered`] once more, after its map was made hashed again between
     /// its last write lock and its read lock (the `ordering` mutex is held by the caller).
@@ -505,7 +587,7 @@ impl OrderedRead<'_> {
         match self.0.map.ordered() {
             Some(o) => o,
             // Made ordered before this lock was taken or by the lock downgraded into it, and
-            // nothing makes an ordered map hashed while the store is open.
+            // only a write lock makes an ordered map hashed again (`hash_off_lock`).
             None => unreachable!("an ordered read holds an ordered map"),
         }
     }

@@ -205,8 +205,14 @@ fn run(ops: &[Op], per_shard: usize, hint_all: bool) -> ebbdb::Result<(usize, us
         let walk = i % 8 == 7 || i + 1 == ops.len();
         check(&ks, &model, walk)?;
         if walk && i % 16 == 7 {
-            // The walk ordered it; every other time, back to hashed for the next eight.
-            store.hash_key_directory("ks")?;
+            // The walk ordered it; every other time, back to hashed for the next eight: one
+            // insert at a time, or built in bulk off the lock as the worker does once walks
+            // stop.
+            if i % 32 == 7 {
+                store.hash_key_directory("ks")?;
+            } else {
+                assert!(store.rehash_key_directory("ks")?);
+            }
         }
         // len() and stats() come from the census; it must agree with the key directory and
         // with the model after every operation.

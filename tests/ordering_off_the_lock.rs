@@ -4,7 +4,9 @@
 //! new keys, overwrites, deletes that make the slab give room back (so entries move from its
 //! end into holes while the copy is under way), and a default-TTL change, which changes
 //! entries in place. Afterwards the ordered map must hold exactly what a model of the writes
-//! holds, and the walk itself must have seen every key nobody touched, once, in order.
+//! holds, and the walk itself must have seen every key nobody touched, once, in order. The map
+//! is then hashed again off the lock (as the worker does once walks stop) while the writer runs
+//! once more, and must again hold what the model holds.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,32 +61,8 @@ fn run(n: u64, retime: bool) -> ebbdb::Result<()> {
         "a new keyspace starts hashed"
     );
 
-    // The writer: keys at or above `half` only. Its ops are a pure function of the round, so
-    // the model can replay them afterwards.
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (store, ks, stop) = (Arc::clone(&store), ks.clone(), Arc::clone(&stop));
-        std::thread::spawn(move || -> ebbdb::Result<u64> {
-            let mut round = 1;
-            while !stop.load(Ordering::Relaxed) || round < 50 {
-                let mut b = WriteBatch::new();
-                for j in 0..50 {
-                    let i = half + (round * 131 + j * 17) % (n - half + 1000);
-                    if j % 3 == 0 {
-                        b.delete(&ks, key(i));
-                    } else {
-                        b.put(&ks, key(i), value(i, round));
-                    }
-                }
-                store.write_batch(b)?;
-                if retime && round == 20 {
-                    ks.set_default_ttl(DefaultTtl::NeverExpire)?;
-                }
-                round += 1;
-            }
-            Ok(round)
-        })
-    };
+    let writer = spawn_writer(&store, &ks, n, 1, retime, &stop);
     // The walk that orders the map, while the writer runs.
     let mut seen_static = 0u64;
     let mut last: Option<Vec<u8>> = None;
@@ -112,16 +90,7 @@ fn run(n: u64, retime: bool) -> ebbdb::Result<()> {
         !store.key_directory_hashed("ks")?,
         "the walk ordered the map"
     );
-    for round in 1..rounds {
-        for j in 0..50 {
-            let i = half + (round * 131 + j * 17) % (n - half + 1000);
-            if j % 3 == 0 {
-                model.remove(&key(i));
-            } else {
-                model.insert(key(i), value(i, round));
-            }
-        }
-    }
+    replay(&mut model, n, 1..rounds);
     let got: BTreeMap<Vec<u8>, Vec<u8>> = ks.iter().collect::<ebbdb::Result<_>>()?;
     assert_eq!(got.len(), model.len());
     assert!(got == model, "the ordered map holds what the writes left");
@@ -132,7 +101,87 @@ fn run(n: u64, retime: bool) -> ebbdb::Result<()> {
     if let Err(e) = store.check_census() {
         panic!("{e}");
     }
+
+    // Hashed again off the lock (as the worker does once walks stop), while the writer runs
+    // once more: every key reads as the model says without a walk (which would order the map
+    // again), then in a walk.
+    stop.store(false, Ordering::Relaxed);
+    let writer = spawn_writer(&store, &ks, n, rounds, false, &stop);
+    let hashed = store.rehash_key_directory("ks")?;
+    stop.store(true, Ordering::Relaxed);
+    let end = writer.join().expect("writer")?;
+    assert!(
+        hashed,
+        "no walk changed entries in place: the hashing finished"
+    );
+    assert!(store.key_directory_hashed("ks")?);
+    replay(&mut model, n, rounds..end);
+    for i in 0..n + 1000 {
+        assert_eq!(ks.get(key(i))?, model.get(&key(i)).cloned(), "key {i}");
+    }
+    assert_eq!(ks.len()?, model.len());
+    if let Err(e) = store.check_census() {
+        panic!("{e}");
+    }
+    assert!(
+        store.key_directory_hashed("ks")?,
+        "gets leave the map hashed"
+    );
+    let got: BTreeMap<Vec<u8>, Vec<u8>> = ks.iter().collect::<ebbdb::Result<_>>()?;
+    assert!(got == model, "ordered again by the walk, the same entries");
+    assert!(!store.key_directory_hashed("ks")?);
     Ok(())
+}
+
+/// The writer: keys at or above `n / 2` only, rounds from `first` until `stop` (at least 50
+/// rounds), with a default-TTL change at round 20 if `retime`. Its ops are a pure function of
+/// the round, so the model replays them afterwards ([`replay`]). Returns the round after its
+/// last.
+fn spawn_writer(
+    store: &Arc<Store>,
+    ks: &ebbdb::Keyspace,
+    n: u64,
+    first: u64,
+    retime: bool,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<ebbdb::Result<u64>> {
+    let (store, ks, stop) = (Arc::clone(store), ks.clone(), Arc::clone(stop));
+    std::thread::spawn(move || -> ebbdb::Result<u64> {
+        let half = n / 2;
+        let mut round = first;
+        while !stop.load(Ordering::Relaxed) || round < first + 50 {
+            let mut b = WriteBatch::new();
+            for j in 0..50 {
+                let i = half + (round * 131 + j * 17) % (n - half + 1000);
+                if j % 3 == 0 {
+                    b.delete(&ks, key(i));
+                } else {
+                    b.put(&ks, key(i), value(i, round));
+                }
+            }
+            store.write_batch(b)?;
+            if retime && round == 20 {
+                ks.set_default_ttl(DefaultTtl::NeverExpire)?;
+            }
+            round += 1;
+        }
+        Ok(round)
+    })
+}
+
+/// The writer's `rounds` applied to `model`.
+fn replay(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, n: u64, rounds: std::ops::Range<u64>) {
+    let half = n / 2;
+    for round in rounds {
+        for j in 0..50 {
+            let i = half + (round * 131 + j * 17) % (n - half + 1000);
+            if j % 3 == 0 {
+                model.remove(&key(i));
+            } else {
+                model.insert(key(i), value(i, round));
+            }
+        }
+    }
 }
 
 #[test]
@@ -186,5 +235,55 @@ fn a_map_hashed_again_during_the_ordering_is_ordered_again() -> ebbdb::Result<()
     stop.store(true, Ordering::Relaxed);
     let hashed = hasher.join().expect("hasher")?;
     assert!(hashed > 10, "the hook ran {hashed} times");
+    Ok(())
+}
+
+/// The worker hashes a map again once no walk has begun for `Options::rehash_after` (real
+/// clock, short wait, bounded poll), and not while walks keep coming; `None` turns it off.
+#[test]
+fn the_worker_hashes_a_map_again_once_walks_stop() -> ebbdb::Result<()> {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir()?;
+    let opts = |after| {
+        ebbdb::Options::default()
+            .sync(ebbdb::SyncPolicy::Never)
+            .tick_interval(Duration::from_millis(5))
+            .rehash_after(after)
+    };
+    let store = Store::open_with(dir.path(), opts(Some(Duration::from_secs(1))))?;
+    let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
+    let mut b = WriteBatch::new();
+    for i in 0..5_000 {
+        b.put(&ks, key(i), value(i, 0));
+    }
+    store.write_batch(b)?;
+    // Walks every few milliseconds for a while: the map stays ordered.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        assert!(ks.prefix(b"0").count() > 0);
+        assert!(!store.key_directory_hashed("ks")?, "walked within the wait");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Then none: hashed again within a bounded wait.
+    let stopped = Instant::now();
+    while !store.key_directory_hashed("ks")? {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(20),
+            "not hashed again 20 s after the last walk"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for i in 0..5_000 {
+        assert_eq!(ks.get(key(i))?, Some(value(i, 0)));
+    }
+    drop(ks);
+    drop(store);
+
+    // Off: an ordered map stays ordered.
+    let store = Store::open_with(dir.path(), opts(None))?;
+    let ks = store.keyspace("ks")?;
+    assert_eq!(ks.iter().count(), 5_000);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!store.key_directory_hashed("ks")?);
     Ok(())
 }

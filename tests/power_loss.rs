@@ -502,11 +502,19 @@ fn cycle(seed: u64) -> Result<bool, String> {
     // Compaction and another reopen keep exactly that state. In every other cycle the
     // compaction decides against hashed key directories (the check above walked them in
     // order, which orders them), as a store just opened or written since open has.
+    // Half of those hash them one insert at a time, half build them in bulk off the lock, as
+    // the worker does once walks stop.
     if (seed / 2).is_multiple_of(2) {
         for name in NAMES {
-            db.store
-                .hash_key_directory(name)
-                .map_err(|e| ctx(&e.to_string()))?;
+            if (seed / 4).is_multiple_of(2) {
+                db.store
+                    .hash_key_directory(name)
+                    .map_err(|e| ctx(&e.to_string()))?;
+            } else {
+                db.store
+                    .rehash_key_directory(name)
+                    .map_err(|e| ctx(&e.to_string()))?;
+            }
         }
     }
     db.store

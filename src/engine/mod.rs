@@ -613,6 +613,17 @@ impl Store {
         Ok(())
     }
 
+    /// Test hook: hashes the key directory of keyspace `name` again off its lock, as the
+    /// worker does once walks in key order stop (`Options::rehash_after`), whatever the time
+    /// since the last walk. True if the map is hashed afterwards.
+    ///
+    /// # Errors
+    /// `NotFound` if there is no such keyspace.
+    #[doc(hidden)]
+    pub fn rehash_key_directory(&self, name: &str) -> Result<bool> {
+        Ok(self.inner.keyspace_by_name(name)?.hash_off_lock())
+    }
+
     /// Test hook: fires every due timer into the reaping backlog without handling any, as a
     /// worker that fell behind would leave it.
     #[doc(hidden)]
@@ -1043,6 +1054,34 @@ impl Inner {
             .get(name)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("keyspace '{name}'")))
+    }
+
+    /// The worker's look at every keyspace's key directory (at each tick): an ordered map no
+    /// walk has touched for `Options::rehash_after` is hashed again, off its lock (DESIGN.md
+    /// §3.1, "Hashed again when walks stop"). `watches` is the worker's memory between ticks.
+    pub(crate) fn rehash_idle_maps(
+        &self,
+        watches: &mut HashMap<u32, crate::keydir::RehashWatch>,
+        now: std::time::Instant,
+    ) {
+        let Some(after) = self.opts.rehash_after else {
+            return;
+        };
+        let cores: Vec<Arc<KeyspaceCore>> = self.catalog.read().by_id.values().cloned().collect();
+        watches.retain(|id, _| cores.iter().any(|c| c.id == *id));
+        for core in cores {
+            if core.dropped.load(Ordering::Acquire) {
+                continue;
+            }
+            let walks = core.walks.load(Ordering::Relaxed);
+            let ordered = core.state.read().map.ordered().is_some();
+            let watch = watches
+                .entry(core.id)
+                .or_insert_with(|| crate::keydir::RehashWatch::new(walks, now, after));
+            if watch.look(walks, ordered, now, after) {
+                core.hash_off_lock();
+            }
+        }
     }
 
     pub(crate) fn keyspace_by_id(&self, id: u32) -> Option<Arc<KeyspaceCore>> {

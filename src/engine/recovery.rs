@@ -421,6 +421,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             dropped: AtomicBool::new(false),
             scans: parking_lot::Mutex::default(),
             ordering: parking_lot::Mutex::new(()),
+            walks: 0.into(),
         });
         catalog.by_name.insert(meta.name.clone(), Arc::clone(&core));
         catalog.by_id.insert(meta.id, core);

@@ -767,6 +767,7 @@ impl Inner {
             dropped: false.into(),
             scans: parking_lot::Mutex::default(),
             ordering: parking_lot::Mutex::new(()),
+            walks: 0.into(),
         });
         let mut cat = self.catalog.write();
         cat.by_name.insert(name.to_string(), Arc::clone(&core));

@@ -187,6 +187,8 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
             let mut writes_seen = inner.appends.load(Ordering::Acquire);
             let mut quiet_since = Instant::now();
             let mut idle_below: Option<u32> = None;
+            // Per keyspace, when its ordered key directory was last walked.
+            let mut rehash = std::collections::HashMap::new();
             let run = |job: &mut dyn FnMut() -> Result<()>| {
                 record(&inner, catch_unwind(AssertUnwindSafe(job)))
             };
@@ -264,6 +266,10 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                 if !inner.hints_deferred.lock().is_empty() {
                     run(&mut || crate::compaction::write_deferred_hints(&inner));
                 }
+                run(&mut || {
+                    inner.rehash_idle_maps(&mut rehash, Instant::now());
+                    Ok(())
+                });
                 if let SyncPolicy::Periodic(every) = inner.opts.sync {
                     if last_sync.elapsed() >= every {
                         run(&mut || inner.periodic_sync());

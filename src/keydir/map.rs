@@ -864,6 +864,14 @@ pub struct Ordered {
     shards: Vec<BTreeMap<Key, Entry>>,
     /// The first key of every shard but the first, strictly increasing.
     starts: Vec<Key>,
+    /// Records per shard when the map was ordered, kept for the next ordering should the map
+    /// be hashed again ([`KeyMap::shard_records`]).
+    per_shard: usize,
+    /// While the map is being hashed off its lock ([`KeyMap::begin_hashing`]): every key whose
+    /// entry may have changed since (written, removed, changed in place).
+    touched: Option<Vec<Key>>,
+    /// A walk changed entries in place while the map was being hashed (any may differ).
+    touched_all: bool,
 }
 
 /// The hash key of a hashed map that is yet to be built ([`KeyMap::hashed_from`]): its index
@@ -1179,12 +1187,114 @@ impl KeyMap {
     pub fn finish_ordering(&mut self, ordered: Ordered) -> Option<Retired> {
         if let Layout::Hashed(h) = &self.layout {
             debug_assert!(h.touched.as_ref().is_some_and(Vec::is_empty) && !h.touched_all);
-            let old = std::mem::replace(&mut self.layout, Layout::Ordered(ordered));
-            if let Layout::Hashed(h) = old {
-                return Some(Retired(h));
-            }
+            return Some(Retired(std::mem::replace(
+                &mut self.layout,
+                Layout::Ordered(ordered),
+            )));
         }
         None
+    }
+
+    /// True if the map's entries fit the hashed layout (fewer than [`MAX_SLOTS`]; a hashed map
+    /// reaching that many is ordered for good).
+    #[must_use]
+    pub fn hashable(&self) -> bool {
+        self.len() < MAX_SLOTS
+    }
+
+    /// Starts hashing an ordered map again without holding its lock for the build (DESIGN.md
+    /// §3.1, "Hashed again when walks stop"): from now on every key whose entry may change is
+    /// noted. False if the map is hashed (nothing to do).
+    pub fn begin_hashing(&mut self) -> bool {
+        match &mut self.layout {
+            Layout::Ordered(o) => {
+                o.touched = Some(Vec::new());
+                o.touched_all = false;
+                true
+            }
+            Layout::Hashed(_) => false,
+        }
+    }
+
+    /// Copies up to `max` entries in key order, from the first key after `after` (from the
+    /// first key if `None`), into `out`: the last key copied, or `None` once every entry was
+    /// passed (or the map is hashed).
+    pub fn copy_ordered(
+        &self,
+        after: Option<&Key>,
+        max: usize,
+        out: &mut PartPages,
+    ) -> Option<Key> {
+        let Layout::Ordered(o) = &self.layout else {
+            return None;
+        };
+        let lower = after.map_or(Bound::Unbounded, |k| Bound::Excluded(k.as_slice()));
+        let mut last = None;
+        for (k, e) in o.range((lower, Bound::Unbounded)).take(max) {
+            out.push((k.clone(), *e));
+            last = Some(k);
+        }
+        last.cloned()
+    }
+
+    /// The keys noted since [`KeyMap::begin_hashing`] or the last call, the note started
+    /// afresh; `None` if the hashing cannot be finished by replaying keys (a walk changed
+    /// entries in place, or the map is not being hashed): the caller then gives it up
+    /// ([`KeyMap::abandon_hashing`]).
+    pub fn take_touched_while_hashing(&mut self) -> Option<Vec<Key>> {
+        match &mut self.layout {
+            Layout::Ordered(o) if !o.touched_all => o.touched.as_mut().map(std::mem::take),
+            _ => None,
+        }
+    }
+
+    /// Stops noting changed keys: the hashing begun by [`KeyMap::begin_hashing`] is given up
+    /// and the map stays ordered.
+    pub fn abandon_hashing(&mut self) {
+        if let Layout::Ordered(o) = &mut self.layout {
+            o.touched = None;
+            o.touched_all = false;
+        }
+    }
+
+    /// Ends a hashing: the map becomes `hashed`, which the caller built from a copy and
+    /// brought up to date with every key noted since (under this map's write lock, so none is
+    /// left). Returns the ordered layout it replaced, for the caller to drop once the lock is
+    /// let go; `None` (and nothing changed) if the map was not being hashed.
+    #[must_use]
+    pub fn finish_hashing(&mut self, hashed: KeyMap) -> Option<Retired> {
+        match &self.layout {
+            Layout::Ordered(o) if o.touched.is_some() => {
+                debug_assert!(o.touched.as_ref().is_some_and(Vec::is_empty) && !o.touched_all);
+                Some(Retired(std::mem::replace(&mut self.layout, hashed.layout)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The hashed map of `entries` (no key twice), built in one pass as open builds its maps
+    /// ([`KeyMap::hashed_from`]); shards of `per_shard` records when it is ordered again.
+    #[must_use]
+    pub fn hashed_of(entries: PartPages, per_shard: usize) -> Self {
+        let key = HashKey::new();
+        let part = key.prepare(entries);
+        Self::hashed_from(&key, vec![part], per_shard)
+    }
+
+    /// Sets `key`'s entry to `e`, or removes it if `None` (a removal leaves the room for
+    /// [`KeyMap::trim`], as [`KeyMap::remove`] does).
+    pub fn set(&mut self, key: Key, e: Option<Entry>) {
+        match e {
+            Some(e) => match self.entry(key) {
+                Slot::Occupied(mut o) => {
+                    o.insert(e);
+                }
+                Slot::Vacant(v) => v.insert(e),
+            },
+            None => {
+                self.remove(&key);
+            }
+        }
     }
 
     /// The hashed map of the entries of `parts` (no key in two of them, none twice), each
@@ -1348,7 +1458,7 @@ impl KeyMap {
     pub fn shard_records(&self) -> usize {
         match &self.layout {
             Layout::Hashed(h) => h.shard_records,
-            Layout::Ordered(_) => SHARD_RECORDS,
+            Layout::Ordered(o) => o.per_shard,
         }
     }
 
@@ -1469,6 +1579,7 @@ impl KeyMap {
                 ours
             }
             Layout::Ordered(o) => {
+                o.touch(key);
                 let i = o.shard_of(key);
                 o.shards[i].get_mut(key).is_some_and(moved)
             }
@@ -1484,6 +1595,7 @@ impl KeyMap {
                 h.find(key).map(|i| &mut h.slab.slots[i].1)
             }
             Layout::Ordered(o) => {
+                o.touch(key);
                 let i = o.shard_of(key);
                 o.shards[i].get_mut(key)
             }
@@ -1504,6 +1616,7 @@ impl KeyMap {
                 Some(h.slab.free(slot_of(v)).1)
             }
             Layout::Ordered(o) => {
+                o.touch(key);
                 let i = o.shard_of(key);
                 o.shards[i].remove(key)
             }
@@ -1572,6 +1685,7 @@ impl KeyMap {
                 }
             }
             Layout::Ordered(o) => {
+                o.touch(&key);
                 let i = o.shard_of(&key);
                 match o.shards[i].entry(key) {
                     btree_map::Entry::Occupied(o) => Slot::Occupied(Occupied::Tree(o)),
@@ -1625,6 +1739,7 @@ impl KeyMap {
                 }
             }
             Layout::Ordered(o) => {
+                o.touched_all |= o.touched.is_some();
                 for t in &mut o.shards {
                     for (k, e) in t {
                         f(k, e);
@@ -1674,9 +1789,9 @@ impl KeyMap {
     }
 }
 
-/// A hashed layout an ordering replaced ([`KeyMap::finish_ordering`]), to be dropped with no
-/// lock held.
-pub struct Retired(#[allow(dead_code)] Hashed);
+/// A layout an ordering or a hashing replaced ([`KeyMap::finish_ordering`],
+/// [`KeyMap::finish_hashing`]), to be dropped with no lock held.
+pub struct Retired(#[allow(dead_code)] Layout);
 
 /// What changed in a map being ordered ([`KeyMap::take_touched`]).
 pub enum Touched {
@@ -1717,7 +1832,7 @@ impl Ordered {
         if on == OrderOn::OneCore || all.len() < 2 {
             let mut shards = Vec::new();
             sorted_shards(&mut all, per_shard, false, &mut shards);
-            return Self::from_shards(shards);
+            return Self::from_shards(shards).with_shard_records(per_shard);
         }
         let mid = all.len() / 2;
         // Every key below `mid` is at most the key at `mid`, every key from it on at least:
@@ -1761,7 +1876,20 @@ impl Ordered {
             }
         }
         low_shards.extend(high_shards);
-        Self::from_shards(low_shards)
+        Self::from_shards(low_shards).with_shard_records(per_shard)
+    }
+
+    /// The map, noting that it was cut into shards of `per_shard` records.
+    fn with_shard_records(mut self, per_shard: usize) -> Self {
+        self.per_shard = per_shard;
+        self
+    }
+
+    /// Notes `key` as changed, while the map is being hashed.
+    fn touch(&mut self, key: &Key) {
+        if let Some(t) = &mut self.touched {
+            t.push(key.clone());
+        }
     }
 
     /// The ordered map made of `shards`, given in key order (see [`KeyMap::from_shards`]).
@@ -1769,6 +1897,9 @@ impl Ordered {
         let mut map = Self {
             shards: Vec::with_capacity(shards.len().max(1)),
             starts: Vec::with_capacity(shards.len().saturating_sub(1)),
+            per_shard: SHARD_RECORDS,
+            touched: None,
+            touched_all: false,
         };
         for (i, (start, tree)) in shards.into_iter().enumerate() {
             if i > 0 {
@@ -2770,6 +2901,94 @@ mod tests {
             "an ordered map has nothing to order"
         );
         assert!(matches!(ordered.take_touched(), Touched::Ordered));
+    }
+
+    /// The steps of hashing an ordered map again off the lock (`KeyspaceCore::hash_off_lock`),
+    /// with changes between them: keys inserted behind and ahead of the copy, removed behind
+    /// and ahead of it, changed in place and relocated. The copy brought up to date with the
+    /// noted keys equals the map, and the map is hashed afterwards; a walk that changes
+    /// entries in place gives the hashing up, and the map stays ordered.
+    #[test]
+    fn a_hashing_off_the_lock_catches_every_change_made_during_it() {
+        let key = |i: usize| Key::from_slice(format!("k{:07}", (i * 7919) % 1_000_003).as_bytes());
+        for n in [0, 1, 100, SPLIT_AT + 5000] {
+            let mut map = KeyMap::default();
+            let mut one = BTreeMap::new();
+            for i in 0..n {
+                map.insert(key(i), Entry::at_seq(i as u64));
+                one.insert(key(i), Entry::at_seq(i as u64));
+            }
+            map.make_ordered();
+            assert!(map.hashable());
+            assert!(map.begin_hashing());
+            let mut copy = PartPages::default();
+            let mut after = map.copy_ordered(None, (n / 2).max(1), &mut copy);
+            assert_eq!(after.is_some(), n > 0);
+            // Changes while the copy is half done: keys on both sides of it.
+            let mid = after.clone();
+            for i in n..n + 100 {
+                map.insert(key(i), Entry::at_seq(i as u64));
+                one.insert(key(i), Entry::at_seq(i as u64));
+            }
+            for i in (0..n).step_by(7) {
+                assert_eq!(map.remove(&key(i)), one.remove(&key(i)));
+            }
+            for i in (3..n).step_by(11) {
+                if let Some(e) = map.get_mut(&key(i)) {
+                    e.seq += 1_000_000;
+                }
+                if let Some(e) = one.get_mut(&key(i)) {
+                    e.seq += 1_000_000;
+                }
+            }
+            if let Some((k, e)) = one.iter_mut().nth(1) {
+                assert!(map.relocate(k, e.seq, (e.file, e.offset), (9, 99)));
+                (e.file, e.offset) = (9, 99);
+            }
+            while let Some(last) = map.copy_ordered(after.as_ref(), 1000, &mut copy) {
+                assert!(
+                    after.as_ref().is_none_or(|a| *a < last),
+                    "the copy moves on"
+                );
+                after = Some(last);
+            }
+            let mut hashed = KeyMap::hashed_of(copy, 77);
+            let keys = map.take_touched_while_hashing().expect("keys noted");
+            assert!(n == 0 || keys.len() >= 100, "{} keys noted", keys.len());
+            for k in keys {
+                let e = map.get(&k).copied();
+                hashed.set(k, e);
+            }
+            assert!(map.finish_hashing(hashed).is_some());
+            assert!(map.is_hashed(), "n = {n}, copy stopped at {mid:?}");
+            assert_eq!(map.shard_records(), 77);
+            let mut got = entries(&map);
+            got.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(
+                got,
+                one.iter().map(|(k, e)| (k.clone(), *e)).collect::<Vec<_>>(),
+                "n = {n}"
+            );
+            assert_eq!(map.len(), one.len());
+            for (k, e) in &one {
+                assert_eq!(map.get(k), Some(e));
+            }
+            assert!(!map.begin_hashing(), "a hashed map has nothing to hash");
+            assert!(map.finish_hashing(KeyMap::default()).is_none());
+        }
+
+        // A walk that changes entries in place: the hashing is given up.
+        let mut map = KeyMap::default();
+        map.insert(key(1), Entry::at_seq(1));
+        map.make_ordered();
+        assert!(map.begin_hashing());
+        map.for_each_mut(|_, e| e.armed = 5);
+        assert!(map.take_touched_while_hashing().is_none());
+        map.abandon_hashing();
+        assert!(map.finish_hashing(KeyMap::default()).is_none());
+        assert!(map.ordered().is_some());
+        // Not being hashed: nothing to take, nothing to finish.
+        assert!(map.take_touched_while_hashing().is_none());
     }
 
     /// `Locality::of` names each key's index table and its home bucket in `hashbrown`'s
