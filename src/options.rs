@@ -303,11 +303,14 @@ impl Options {
     /// key order sorts it, and from then on point operations go through B-trees, about 1.6
     /// times slower for a `get` and three to five times for a write at a million keys. The
     /// worker hashes it again off the keyspace's lock; if walks keep coming back soon after,
-    /// it waits twice as long each time (up to 64 times this), so a keyspace walked often
-    /// stays in key order.
+    /// it waits twice as long each time (up to 64 times this), so a keyspace walked
+    /// periodically stays in key order. The hashed layout takes about a third more memory than
+    /// the ordered one (95-116 against 67-86 MB of anonymous memory at a million keys), and
+    /// while the worker hashes, both layouts and a copy of the entries are held (about 200
+    /// MB at a million keys). At least 1 ms.
     #[must_use]
     pub fn rehash_after(mut self, idle: Option<Duration>) -> Self {
-        self.rehash_after = idle;
+        self.rehash_after = idle.map(|d| d.max(Duration::from_millis(1)));
         self
     }
 }

@@ -250,7 +250,7 @@ fn the_worker_hashes_a_map_again_once_walks_stop() -> ebbdb::Result<()> {
             .tick_interval(Duration::from_millis(5))
             .rehash_after(after)
     };
-    let store = Store::open_with(dir.path(), opts(Some(Duration::from_secs(1))))?;
+    let store = Store::open_with(dir.path(), opts(Some(Duration::from_secs(2))))?;
     let ks = store.create_keyspace("ks", DefaultTtl::Off)?;
     let mut b = WriteBatch::new();
     for i in 0..5_000 {
@@ -259,7 +259,7 @@ fn the_worker_hashes_a_map_again_once_walks_stop() -> ebbdb::Result<()> {
     store.write_batch(b)?;
     // Walks every few milliseconds for a while: the map stays ordered.
     let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(1500) {
+    while started.elapsed() < Duration::from_millis(2500) {
         assert!(ks.prefix(b"0").count() > 0);
         assert!(!store.key_directory_hashed("ks")?, "walked within the wait");
         std::thread::sleep(Duration::from_millis(10));

@@ -417,7 +417,8 @@ impl Iter {
             self.done = true;
             return;
         }
-        // The first walk in key order since open orders the map, once (DESIGN.md §3.1).
+        // The first walk in key order orders a hashed map (DESIGN.md §3.1), which stays
+        // ordered while walks keep coming.
         let st = self.ks.core.read_ordered();
         let scans = self.ks.core.scans.lock();
         let bounds = (

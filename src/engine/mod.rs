@@ -1068,18 +1068,26 @@ impl Inner {
             return;
         };
         let cores: Vec<Arc<KeyspaceCore>> = self.catalog.read().by_id.values().cloned().collect();
-        watches.retain(|id, _| cores.iter().any(|c| c.id == *id));
+        if watches.len() > cores.len() {
+            let ids: std::collections::HashSet<u32> = cores.iter().map(|c| c.id).collect();
+            watches.retain(|id, _| ids.contains(id));
+        }
+        // One hashing per tick at most (a map of a million keys takes about 0.1 s), so a
+        // walk over many keyspaces is undone over several ticks, and a close waits for one.
         for core in cores {
-            if core.dropped.load(Ordering::Acquire) {
+            if core.dropped.load(Ordering::Acquire) || self.closed.load(Ordering::Acquire) {
                 continue;
             }
             let walks = core.walks.load(Ordering::Relaxed);
-            let ordered = core.state.read().map.ordered().is_some();
             let watch = watches
                 .entry(core.id)
                 .or_insert_with(|| crate::keydir::RehashWatch::new(walks, now, after));
-            if watch.look(walks, ordered, now, after) {
-                core.hash_off_lock();
+            if watch.look(walks, now, after, || {
+                core.state.read().map.ordered().is_some()
+            }) {
+                let hashed = core.hash_off_lock();
+                watch.tried(now, hashed);
+                return;
             }
         }
     }

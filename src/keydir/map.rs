@@ -20,8 +20,8 @@
 //!
 //! Open builds hashed maps too, in bulk ([`KeyMap::hashed_from`]). A hashed map becomes
 //! ordered the first time something needs its keys in order (a range or prefix scan:
-//! [`KeyMap::ordered`] is `None` until [`KeyMap::make_ordered`]), and stays so until the store
-//! is closed.
+//! [`KeyMap::ordered`] is `None` until [`KeyMap::make_ordered`]), and stays so until no walk
+//! has begun for a while: the worker then hashes it again ([`KeyMap::begin_hashing`]).
 
 use std::collections::btree_map::{self, BTreeMap};
 use std::hash::{BuildHasher, Hasher};

@@ -4,9 +4,11 @@
 //!
 //! A walk in key order orders a hashed map, and an ordered map serves point operations through
 //! B-trees, slower than the hashed layout (at 1 M keys a `get` took about 1 µs instead of 0.6,
-//! an insert or delete three to five times as long). Once no walk has begun for a while, the
-//! map is worth hashing again; if walks keep coming back soon after each hashing, every
-//! hashing is followed by a new ordering, so the wait doubles each time that happens.
+//! an insert three times as long). Once no walk has begun for a while, the map is worth
+//! hashing again. A walk that orders the map again after a hashing shows that the keyspace is
+//! walked now and then, so the wait doubles each time, up to a cap: a keyspace walked
+//! periodically settles at a wait at least its period and stays ordered, or, for periods
+//! past the cap (32 minutes by default), goes through one hashing and one ordering per walk.
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +20,7 @@ const MAX_WAIT_FACTOR: u32 = 64;
 pub struct RehashWatch {
     /// The walk count at the last look.
     seen: u64,
-    /// When that count last moved (or the map was last hashed, or tried).
+    /// When that count last moved (or a hashing was last tried).
     moved_at: Instant,
     /// How long the count must stay put before the map is hashed.
     wait: Duration,
@@ -38,32 +40,45 @@ impl RehashWatch {
         }
     }
 
-    /// Looks at the keyspace at `now`: its walk count and whether its map is ordered. True if
-    /// the map should be hashed now (the caller does it; the next look counts from here).
-    /// `after` is the configured wait, from which the current one starts again when a
-    /// hashing held for longer than the wait.
-    pub fn look(&mut self, walks: u64, ordered: bool, now: Instant, after: Duration) -> bool {
+    /// Looks at the keyspace at `now`, given its walk count. True if its map should be hashed
+    /// now: no walk for the wait and `ordered()` says the map is ordered (asked only then, so
+    /// a look at a keyspace that is walked or waiting takes no lock). The caller then tries
+    /// and reports with [`RehashWatch::tried`]. `after` is the configured wait: the first one,
+    /// and the one the wait goes back to when the walks after a hashing stayed away for the
+    /// whole cap.
+    pub fn look(
+        &mut self,
+        walks: u64,
+        now: Instant,
+        after: Duration,
+        ordered: impl FnOnce() -> bool,
+    ) -> bool {
+        let cap = after.saturating_mul(MAX_WAIT_FACTOR);
         if walks != self.seen {
             self.seen = walks;
             self.moved_at = now;
             if let Some(at) = self.hashed_at.take() {
-                self.wait = if now.saturating_duration_since(at) < self.wait {
-                    // Walked again soon after a hashing: wait longer next time.
-                    self.wait
-                        .saturating_mul(2)
-                        .min(after.saturating_mul(MAX_WAIT_FACTOR))
+                // Walked again after a hashing: wait longer next time, unless that walk came
+                // so long after it that the keyspace may as well be walked once in a while.
+                self.wait = if now.saturating_duration_since(at) < cap {
+                    self.wait.saturating_mul(2).min(cap)
                 } else {
                     after
                 };
             }
             return false;
         }
-        if ordered && now.saturating_duration_since(self.moved_at) >= self.wait {
-            self.moved_at = now;
+        now.saturating_duration_since(self.moved_at) >= self.wait && ordered()
+    }
+
+    /// Reports a try that [`RehashWatch::look`] asked for, at `now`: the next try comes a whole
+    /// wait later, and only a map actually hashed (`hashed`) makes the next walk count as a
+    /// walk after a hashing.
+    pub fn tried(&mut self, now: Instant, hashed: bool) {
+        self.moved_at = now;
+        if hashed {
             self.hashed_at = Some(now);
-            return true;
         }
-        false
     }
 
     /// The current wait.
@@ -87,52 +102,84 @@ mod tests {
     fn an_ordered_map_is_hashed_once_walks_stop_for_the_wait() {
         let t0 = Instant::now();
         let mut w = RehashWatch::new(5, t0, AFTER);
-        // Walks keep moving: never.
+        // Walks keep moving: never (and the layout is not even asked for).
         for i in 1..100 {
-            assert!(!w.look(5 + i, true, t0 + secs(i), AFTER));
+            assert!(!w.look(5 + i, t0 + secs(i), AFTER, || panic!("not due")));
         }
         let last = t0 + secs(99);
-        assert!(!w.look(104, true, last + secs(29), AFTER), "too soon");
-        assert!(w.look(104, true, last + secs(30), AFTER), "due");
-        // Tried: the next try is a whole wait later (a hashing given up is not retried at
-        // every tick).
-        assert!(!w.look(104, true, last + secs(31), AFTER));
-        assert!(w.look(104, true, last + secs(60), AFTER));
+        assert!(!w.look(104, last + secs(29), AFTER, || panic!("not due")));
+        assert!(w.look(104, last + secs(30), AFTER, || true), "due");
+        // A try that failed (given up, or too large): the next try is a whole wait later, and
+        // a walk after it does not count as a walk after a hashing.
+        w.tried(last + secs(30), false);
+        assert!(!w.look(104, last + secs(31), AFTER, || panic!("not due")));
+        assert!(w.look(104, last + secs(60), AFTER, || true));
+        assert!(!w.look(105, last + secs(61), AFTER, || true));
+        assert_eq!(w.wait(), AFTER);
     }
 
     #[test]
     fn a_hashed_map_is_left_alone() {
         let t0 = Instant::now();
         let mut w = RehashWatch::new(0, t0, AFTER);
-        assert!(!w.look(0, false, t0 + secs(3600), AFTER));
+        assert!(!w.look(0, t0 + secs(3600), AFTER, || false));
+    }
+
+    /// A walker of period `period` seconds over `hours`, the worker looking every quarter
+    /// second: how many hashings (each undone by the next walk) it causes.
+    fn hashings(period: u64, hours: u64) -> (u64, Duration) {
+        let t0 = Instant::now();
+        let mut w = RehashWatch::new(0, t0, AFTER);
+        let (mut walks, mut hashed, mut ordered) = (0, 0, true);
+        for tick in 0..hours * 3600 * 4 {
+            let now = t0 + Duration::from_millis(tick * 250);
+            if tick % (period * 4) == 0 {
+                walks += 1;
+                ordered = true;
+            }
+            if w.look(walks, now, AFTER, || ordered) {
+                w.tried(now, true);
+                ordered = false;
+                hashed += 1;
+            }
+        }
+        (hashed, w.wait())
     }
 
     #[test]
-    fn walks_soon_after_each_hashing_double_the_wait_up_to_its_cap() {
+    fn a_periodic_walker_settles_at_a_wait_past_its_period() {
+        // Below the cap (32 minutes at 30 s): a few hashings while the wait doubles past the
+        // period, then none.
+        for period in [10, 29, 45, 61, 90, 120, 300, 1000, 1900] {
+            let (n, wait) = hashings(period, 8);
+            assert!(wait >= secs(period), "period {period} s: wait {wait:?}");
+            assert!(n <= 7, "period {period} s: {n} hashings in 8 h");
+        }
+        // Past the cap: at most one hashing per walk (the walks come further apart than the
+        // cap, so each one starts the wait afresh).
+        let (n, wait) = hashings(3000, 8);
+        assert_eq!(wait, AFTER);
+        assert!(n <= 10, "{n} hashings in 8 h");
+    }
+
+    #[test]
+    fn a_walk_long_after_a_hashing_starts_the_wait_afresh() {
         let t0 = Instant::now();
         let mut w = RehashWatch::new(0, t0, AFTER);
         let mut now = t0;
-        let mut walks = 0;
-        let mut waits = Vec::new();
-        for _ in 0..10 {
+        for walks in 1..=3 {
             now += w.wait();
-            assert!(w.look(walks, true, now, AFTER));
-            // A walk orders the map again one second after the hashing.
-            walks += 1;
+            assert!(w.look(walks - 1, now, AFTER, || true));
+            w.tried(now, true);
             now += secs(1);
-            assert!(!w.look(walks, true, now, AFTER));
-            waits.push(w.wait().as_secs());
+            assert!(!w.look(walks, now, AFTER, || true));
         }
-        assert_eq!(
-            waits,
-            [60, 120, 240, 480, 960, 1920, 1920, 1920, 1920, 1920]
-        );
-        // A hashing that held for longer than the wait starts the wait afresh.
+        assert_eq!(w.wait(), AFTER * 8);
         now += w.wait();
-        assert!(w.look(walks, true, now, AFTER));
-        walks += 1;
-        now += w.wait() + secs(1);
-        assert!(!w.look(walks, true, now, AFTER));
+        assert!(w.look(3, now, AFTER, || true));
+        w.tried(now, true);
+        now += AFTER * MAX_WAIT_FACTOR;
+        assert!(!w.look(4, now, AFTER, || true));
         assert_eq!(w.wait(), AFTER);
     }
 
@@ -141,8 +188,8 @@ mod tests {
         // The count moves whatever the layout: a walk orders the map it finds hashed.
         let t0 = Instant::now();
         let mut w = RehashWatch::new(0, t0, AFTER);
-        assert!(!w.look(1, false, t0 + secs(40), AFTER));
-        assert!(!w.look(1, true, t0 + secs(69), AFTER));
-        assert!(w.look(1, true, t0 + secs(70), AFTER));
+        assert!(!w.look(1, t0 + secs(40), AFTER, || false));
+        assert!(!w.look(1, t0 + secs(69), AFTER, || true));
+        assert!(w.look(1, t0 + secs(70), AFTER, || true));
     }
 }
