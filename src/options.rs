@@ -300,11 +300,11 @@ impl Options {
     /// order (`range`, `prefix`, `iter`, a query that scans) before the background worker
     /// lays it out for point operations again (default 30 s; `None`: never). A key directory
     /// starts out hashed, which serves `get`, `put` and `delete` fastest; the first walk in
-    /// key order sorts it, and from then on point operations go through B-trees, about 1.6
-    /// times slower for a `get` and three to five times for a write at a million keys. The
-    /// worker hashes it again off the keyspace's lock; if walks keep coming back soon after,
-    /// it waits twice as long each time (up to 64 times this), so a keyspace walked
-    /// periodically stays in key order. The hashed layout takes about a third more memory than
+    /// key order sorts it, and from then on point operations go through B-trees, about 1.5
+    /// times slower for a `get` and three times for a new key at a million keys. The worker
+    /// hashes it again off the keyspace's lock; each time a walk orders it again after that,
+    /// the worker waits twice as long (up to 64 times this), so a keyspace walked periodically
+    /// (less than 64 times this apart) soon stays in key order. The hashed layout takes about a third more memory than
     /// the ordered one (95-116 against 67-86 MB of anonymous memory at a million keys), and
     /// while the worker hashes, both layouts and a copy of the entries are held (about 200
     /// MB at a million keys). At least 1 ms.

@@ -1075,7 +1075,10 @@ impl Inner {
         // One hashing per tick at most (a map of a million keys takes about 0.1 s), so a
         // walk over many keyspaces is undone over several ticks, and a close waits for one.
         for core in cores {
-            if core.dropped.load(Ordering::Acquire) || self.closed.load(Ordering::Acquire) {
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            if core.dropped.load(Ordering::Acquire) {
                 continue;
             }
             let walks = core.walks.load(Ordering::Relaxed);

@@ -187,7 +187,7 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
             let mut writes_seen = inner.appends.load(Ordering::Acquire);
             let mut quiet_since = Instant::now();
             let mut idle_below: Option<u32> = None;
-            // Per keyspace, when its ordered key directory was last walked.
+            // Per keyspace, its walks and waits (`Inner::rehash_idle_maps`).
             let mut rehash = std::collections::HashMap::new();
             let run = |job: &mut dyn FnMut() -> Result<()>| {
                 record(&inner, catch_unwind(AssertUnwindSafe(job)))
