@@ -432,7 +432,8 @@ impl KeyspaceCore {
         // chunk more at each lock (so the copy never grows it under the lock) and no second
         // copy afterwards: chunks of their own, moved into one vector at the end, were a second
         // copy of every entry (64 MB at 1 M keys).
-        let mut all: Vec<(Key, Entry)> = Vec::with_capacity(len + ORDER_COPY_SLOTS);
+        let mut all: Vec<(Key, Entry)> = Vec::new();
+        crate::log::mmap::reserve_temporary(&mut all, len + ORDER_COPY_SLOTS);
         let mut at = 0;
         loop {
             all.reserve(ORDER_COPY_SLOTS);

@@ -142,6 +142,10 @@ impl Loader {
             Some((ks, list)) if *ks == meta.keyspace => list,
             _ => slot(&mut self.keys, meta.keyspace),
         };
+        if keys.len() == keys.capacity() {
+            // Doubling, as `push` would.
+            crate::log::mmap::reserve_temporary(keys, keys.capacity().max(64));
+        }
         keys.push((Key::from_slice(key), entry));
     }
 
@@ -779,7 +783,8 @@ fn load_sealed(
             |meta, key, offset, len| {
                 if reserve.get() > 0 {
                     // Most of a hint is one keyspace's (entries are sorted by keyspace).
-                    slot(&mut loader.keys, meta.keyspace).reserve_exact(reserve.take());
+                    let keys = slot(&mut loader.keys, meta.keyspace);
+                    crate::log::mmap::reserve_temporary(keys, reserve.take());
                 }
                 fits &= u64::from(offset) + u64::from(len) <= entry.len;
                 loader.add(id, offset, len, meta, key);
@@ -826,7 +831,7 @@ fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
     buf.clear();
     let mut f = std::fs::File::open(path)?;
     let len = usize::try_from(f.metadata()?.len()).unwrap_or(0);
-    buf.reserve_exact(len);
+    crate::log::mmap::reserve_temporary(buf, len);
     f.read_to_end(buf)?;
     Ok(())
 }

@@ -147,6 +147,54 @@ pub fn lower_thread_priority(steps: i32) {
     let _ = steps;
 }
 
+/// Bytes from which [`reserve_temporary`] asks for huge pages.
+const LARGE_TEMPORARY: usize = 8 << 20;
+
+/// Bytes a large temporary is given at least: as large as the largest block glibc's allocator
+/// may serve from its heaps (its dynamic mmap threshold stops at 32 MiB on 64-bit targets), so
+/// such a block has a mapping of its own, and the advice ends with it when it is freed.
+const OWN_MAPPING: usize = 32 << 20;
+
+/// Bytes of a huge page (x86-64 and most 64-bit Linux targets).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Makes room for at least `additional` more values in `v`, a large temporary that is filled
+/// once and dropped (open's loaded records and hint files, an ordering's copy of a key
+/// directory). From [`LARGE_TEMPORARY`] bytes on, on Linux, the room is at least
+/// [`OWN_MAPPING`] bytes and the kernel is asked to back it with transparent huge pages
+/// (`MADV_HUGEPAGE`, which takes effect where the system's setting is `madvise` or `always`):
+/// written for the first time, each 4 KiB page cost a page fault, and at 1 M keys those were
+/// a third of an open in a fresh process and half of an ordering's copy (DESIGN.md §3.1,
+/// "Huge pages for large temporaries"). Room never touched costs address space only; a huge
+/// page partly written costs its 2 MiB.
+pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize) {
+    let size = std::mem::size_of::<T>().max(1);
+    let want = v.len().saturating_add(additional);
+    if cfg!(not(target_os = "linux")) || want.saturating_mul(size) < LARGE_TEMPORARY {
+        v.reserve_exact(additional);
+        return;
+    }
+    v.reserve_exact(want.max(OWN_MAPPING / size) - v.len());
+    #[cfg(target_os = "linux")]
+    {
+        let start = v.as_ptr() as usize + v.len() * size;
+        let end = v.as_ptr() as usize + v.capacity() * size;
+        let (from, to) = (start.next_multiple_of(HUGE_PAGE), end / HUGE_PAGE * HUGE_PAGE);
+        if to > from {
+            // SAFETY: the range lies inside `v`'s allocation (its spare capacity, which holds no
+            // value), is page-aligned, and MADV_HUGEPAGE changes how pages are backed, never
+            // what they hold. A failure (huge pages off) leaves them as they were.
+            let _ = unsafe {
+                libc::madvise(
+                    std::ptr::without_provenance_mut(from),
+                    to - from,
+                    libc::MADV_HUGEPAGE,
+                )
+            };
+        }
+    }
+}
+
 /// Gives the free memory the C allocator holds back to the operating system, best effort
 /// (glibc's `malloc_trim(0)`, which also releases whole free pages inside its heaps; nothing
 /// with another C library or elsewhere). Freed blocks of the sizes the key directory uses stay
@@ -170,7 +218,36 @@ pub const PREFETCH_MAX: usize = 4096;
 
 #[cfg(test)]
 mod tests {
-    use super::{prefetch, prefetch_addr};
+    use super::{prefetch, prefetch_addr, reserve_temporary, LARGE_TEMPORARY, OWN_MAPPING};
+
+    /// A temporary keeps its values and gets room for what was asked: exactly that below
+    /// `LARGE_TEMPORARY` bytes, at least `OWN_MAPPING` bytes from it on (also when it grows
+    /// past it from a smaller room, and for values of other sizes).
+    #[test]
+    fn a_temporary_gets_its_room_and_keeps_its_values() {
+        let mut small: Vec<u64> = vec![1, 2, 3];
+        reserve_temporary(&mut small, 100);
+        assert_eq!(small, [1, 2, 3]);
+        assert!(small.capacity() >= 103);
+        assert!(small.capacity() * 8 < LARGE_TEMPORARY);
+
+        let mut bytes: Vec<u8> = b"hint".to_vec();
+        reserve_temporary(&mut bytes, LARGE_TEMPORARY);
+        assert_eq!(bytes, b"hint");
+        assert!(bytes.capacity() >= OWN_MAPPING);
+        bytes.resize(LARGE_TEMPORARY + 4, 9);
+        assert_eq!(&bytes[..5], b"hint\x09");
+        assert_eq!(bytes[LARGE_TEMPORARY + 3], 9);
+
+        let mut wide: Vec<[u64; 8]> = (0..1000u64).map(|i| [i; 8]).collect();
+        let want = OWN_MAPPING / 64 + 7;
+        let more = want - wide.len();
+        reserve_temporary(&mut wide, more);
+        assert!(wide.capacity() >= want);
+        assert!(wide.iter().enumerate().all(|(i, v)| *v == [i as u64; 8]));
+        wide.extend((1000..want as u64).map(|i| [i; 8]));
+        assert_eq!(wide[want - 1], [want as u64 - 1; 8]);
+    }
 
     /// A hint at any address, unmapped, null or the last one, neither faults nor panics.
     #[test]
