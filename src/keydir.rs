@@ -393,7 +393,7 @@ pub struct KeyspaceCore {
 const ORDER_COPY_SLOTS: usize = 1 << 14;
 
 /// Entries from which an ordering gives the freed hashed layout's memory back to the system
-/// (`mmap::release_free_memory`): 4 MB of slab and more.
+/// (`mmap::release_free_memory_soon`, by the upkeep thread): 4 MB of slab and more.
 const RELEASE_AFTER_ORDERING: usize = 1 << 16;
 
 /// Keys brought up to date per read lock while a map is ordered off its lock.
@@ -466,12 +466,12 @@ impl KeyspaceCore {
                 }
                 let old = st.map.finish_ordering(ordered);
                 // The hashed layout is freed with no lock held, and a large one's memory given
-                // back (the call walks the allocator's heaps: worth it for megabytes, not for
-                // each of thousands of small keyspaces).
+                // back by the upkeep thread (the call walks the allocator's heaps: worth it
+                // for megabytes, not for each of thousands of small keyspaces).
                 drop(st);
                 drop(old);
                 if len >= RELEASE_AFTER_ORDERING {
-                    crate::log::mmap::release_free_memory();
+                    crate::log::mmap::release_free_memory_soon();
                 }
                 let st = self.state.read();
                 if st.map.ordered().is_some() {

@@ -270,6 +270,8 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     inner.rehash_idle_maps(&mut rehash, Instant::now());
                     Ok(())
                 });
+                // Memory an ordering freed, given back here rather than by its walk.
+                crate::log::mmap::release_free_memory_if_asked();
                 if let SyncPolicy::Periodic(every) = inner.opts.sync {
                     if last_sync.elapsed() >= every {
                         run(&mut || inner.periodic_sync());
