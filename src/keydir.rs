@@ -437,6 +437,8 @@ impl KeyspaceCore {
         let mut at = 0;
         loop {
             all.reserve(ORDER_COPY_SLOTS);
+            // Any huge page's first fault taken here, not under the read lock.
+            crate::log::mmap::prefault_temporary(&all, ORDER_COPY_SLOTS);
             let next = self
                 .state
                 .read()

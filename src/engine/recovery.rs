@@ -831,6 +831,10 @@ fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
     buf.clear();
     let mut f = std::fs::File::open(path)?;
     let len = usize::try_from(f.metadata()?.len()).unwrap_or(0);
+    if buf.capacity() < len {
+        // A larger room, not a grown one: growing would copy the last file's bytes.
+        *buf = Vec::new();
+    }
     crate::log::mmap::reserve_temporary(buf, len);
     f.read_to_end(buf)?;
     Ok(())

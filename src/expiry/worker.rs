@@ -199,7 +199,11 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     Err(RecvTimeoutError::Disconnected) => Message::Shutdown,
                 };
                 match msg {
-                    Message::Shutdown => break,
+                    Message::Shutdown => {
+                        // What an ordering asked to give back, before the store goes.
+                        crate::log::mmap::release_free_memory_if_asked();
+                        break;
+                    }
                     Message::Tick => {}
                     Message::Compact => {
                         // An explicit request: tried now, whatever the backoff says.

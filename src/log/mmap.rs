@@ -2,8 +2,9 @@
 //! mapped records ([`prefetch`]), key-directory entries ([`prefetch_ref`]) and the addresses
 //! where a key's index bucket is expected to lie ([`prefetch_addr`], which may be given a
 //! stale address), lowering a background thread's CPU priority
-//! ([`lower_thread_priority`]), and giving the C allocator's free memory back
-//! ([`release_free_memory`]).
+//! ([`lower_thread_priority`]), giving the C allocator's free memory back
+//! ([`release_free_memory`]), and advising how large temporaries are backed (huge pages and
+//! prefaulting: [`reserve_temporary`], [`prefault_temporary`]), which changes no byte.
 //!
 //! Soundness argument (also in DESIGN.md, "mmap"): a mapping is undefined behaviour in Rust only
 //! if the bytes change while a `&[u8]` over them is alive. We map a file only once it is
@@ -150,49 +151,106 @@ pub fn lower_thread_priority(steps: i32) {
 /// Bytes from which [`reserve_temporary`] asks for huge pages.
 const LARGE_TEMPORARY: usize = 8 << 20;
 
-/// Bytes a large temporary is given at least: as large as the largest block glibc's allocator
-/// may serve from its heaps (its dynamic mmap threshold stops at 32 MiB on 64-bit targets), so
-/// such a block has a mapping of its own, and the advice ends with it when it is freed.
+/// Bytes a large temporary is given at least: above glibc's dynamic mmap threshold (which
+/// stops at 32 MiB on 64-bit targets), so unless a free block that large is at hand the
+/// allocator maps the room on its own, and the advice goes with it when it is freed.
 const OWN_MAPPING: usize = 32 << 20;
 
-/// Bytes of a huge page (x86-64 and most 64-bit Linux targets).
-const HUGE_PAGE: usize = 2 << 20;
+/// This system's transparent huge pages, read once: the huge page's size and the base page's,
+/// if the setting lets a program ask for them (`madvise` or `always`), the huge page is at
+/// most [`OWN_MAPPING`] (64 KiB base pages on arm64 make it 512 MiB), and this is 64-bit
+/// Linux. `None` otherwise, and then [`reserve_temporary`] is a plain `reserve_exact`.
+fn huge_pages() -> Option<(usize, usize)> {
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    {
+        static PAGES: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+        *PAGES.get_or_init(|| {
+            let sys = "/sys/kernel/mm/transparent_hugepage";
+            let enabled = std::fs::read_to_string(format!("{sys}/enabled")).ok()?;
+            if !enabled.contains("[madvise]") && !enabled.contains("[always]") {
+                return None;
+            }
+            let huge: usize = std::fs::read_to_string(format!("{sys}/hpage_pmd_size"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            // SAFETY: `sysconf` takes an integer and reads no memory of the program's.
+            let base = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+            let fits = |n: usize| n.is_power_of_two() && n >= 4096;
+            (fits(huge) && fits(base) && base < huge && huge <= OWN_MAPPING).then_some((huge, base))
+        })
+    }
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+    None
+}
+
+/// `advice` for the base pages from `from` to `to` (rounded out to whole base pages),
+/// best effort; whether the kernel took it.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn advise(from: usize, to: usize, base: usize, advice: libc::c_int) -> bool {
+    let (from, to) = (from / base * base, to.next_multiple_of(base));
+    // SAFETY: callers pass a range of one of their vectors' allocations; rounded out to base
+    // pages it may take in bytes of the neighbouring blocks, but MADV_HUGEPAGE,
+    // MADV_NOHUGEPAGE and MADV_POPULATE_WRITE change how pages are backed (and fault them in),
+    // never what any byte holds. A refusal changes nothing.
+    to > from
+        && unsafe { libc::madvise(std::ptr::without_provenance_mut(from), to - from, advice) }
+            == 0
+}
 
 /// Makes room for at least `additional` more values in `v`, a large temporary that is filled
 /// once and dropped (open's loaded records and hint files, an ordering's copy of a key
-/// directory). From [`LARGE_TEMPORARY`] bytes on, on Linux, the room is at least
-/// [`OWN_MAPPING`] bytes and the kernel is asked to back it with transparent huge pages
-/// (`MADV_HUGEPAGE`, which takes effect where the system's setting is `madvise` or `always`):
-/// written for the first time, each 4 KiB page cost a page fault, and at 1 M keys those were
-/// a third of an open in a fresh process and half of an ordering's copy (DESIGN.md §3.1,
-/// "Huge pages for large temporaries"). Room never touched costs address space only; a huge
-/// page partly written costs its 2 MiB.
+/// directory). From [`LARGE_TEMPORARY`] bytes on, where [`huge_pages`] finds them, the room is
+/// at least [`OWN_MAPPING`] bytes and the kernel is asked to back the whole allocation with
+/// transparent huge pages (`MADV_HUGEPAGE`; the whole of it, so its mapping is not split and
+/// growing it can still move pages rather than copy them): written for the first time, each
+/// 4 KiB page cost a page fault, and at 1 M keys those were a third of an open in a fresh
+/// process and half of an ordering's copy (DESIGN.md §3.1, "Huge pages for large
+/// temporaries"). Room never touched costs address space only; a huge page partly written
+/// costs its 2 MiB.
 pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize) {
-    let size = std::mem::size_of::<T>().max(1);
+    let size = std::mem::size_of::<T>();
     let want = v.len().saturating_add(additional);
-    if cfg!(not(target_os = "linux")) || want.saturating_mul(size) < LARGE_TEMPORARY {
+    let Some((_, base)) = huge_pages().filter(|_| size > 0 && want.saturating_mul(size) >= LARGE_TEMPORARY) else {
         v.reserve_exact(additional);
         return;
-    }
+    };
     v.reserve_exact(want.max(OWN_MAPPING / size) - v.len());
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     {
-        let start = v.as_ptr() as usize + v.len() * size;
-        let end = v.as_ptr() as usize + v.capacity() * size;
-        let (from, to) = (start.next_multiple_of(HUGE_PAGE), end / HUGE_PAGE * HUGE_PAGE);
-        if to > from {
-            // SAFETY: the range lies inside `v`'s allocation (its spare capacity, which holds no
-            // value), is page-aligned, and MADV_HUGEPAGE changes how pages are backed, never
-            // what they hold. A failure (huge pages off) leaves them as they were.
-            let _ = unsafe {
-                libc::madvise(
-                    std::ptr::without_provenance_mut(from),
-                    to - from,
-                    libc::MADV_HUGEPAGE,
-                )
-            };
+        let at = v.as_ptr() as usize;
+        advise(at, at + v.capacity() * size, base, libc::MADV_HUGEPAGE);
+    }
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+    let _ = base;
+}
+
+/// Faults in the room for the next `count` values of `v` now (`MADV_POPULATE_WRITE`, Linux
+/// 5.14 on), for a temporary [`reserve_temporary`] made huge whose values are then written
+/// under a lock others wait for: a huge page's first fault may have the kernel compact memory
+/// to find one, which must not happen while writers wait. The range is rounded out to whole
+/// huge pages within the room. Where the kernel cannot populate, the room is advised back to
+/// ordinary pages (`MADV_NOHUGEPAGE`), whose faults stay small. Nothing for small vectors.
+pub fn prefault_temporary<T>(v: &Vec<T>, count: usize) {
+    let size = std::mem::size_of::<T>();
+    let room = v.capacity().saturating_sub(v.len());
+    let Some((huge, base)) = huge_pages().filter(|_| size > 0 && v.capacity().saturating_mul(size) >= OWN_MAPPING) else {
+        return;
+    };
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    {
+        let at = v.as_ptr() as usize;
+        let start = at + v.len() * size;
+        let end = (start + count.min(room) * size).next_multiple_of(huge);
+        let end = end.min(at + v.capacity() * size) / base * base;
+        let start = start.next_multiple_of(base);
+        if end > start && !advise(start, end, base, libc::MADV_POPULATE_WRITE) {
+            advise(at, at + v.capacity() * size, base, libc::MADV_NOHUGEPAGE);
         }
     }
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+    let _ = (huge, base, room, count);
 }
 
 /// Gives the free memory the C allocator holds back to the operating system, best effort
@@ -205,6 +263,8 @@ pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize) {
 /// such a layout was just dropped (DESIGN.md §3.1, "Open builds hashed maps"); it takes a few
 /// milliseconds per hundred megabytes of heap.
 pub fn release_free_memory() {
+    // Whatever was asked for before this call is done by it.
+    RELEASE_WANTED.store(false, std::sync::atomic::Ordering::Relaxed);
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: `malloc_trim` takes an integer, is thread-safe, and only returns pages that
@@ -227,7 +287,7 @@ pub fn release_free_memory_soon() {
 /// Runs [`release_free_memory`] if [`release_free_memory_soon`] asked for it since the last
 /// call; returns whether it ran.
 pub fn release_free_memory_if_asked() -> bool {
-    let asked = RELEASE_WANTED.swap(false, std::sync::atomic::Ordering::Relaxed);
+    let asked = RELEASE_WANTED.load(std::sync::atomic::Ordering::Relaxed);
     if asked {
         release_free_memory();
     }
@@ -239,13 +299,19 @@ pub const PREFETCH_MAX: usize = 4096;
 
 #[cfg(test)]
 mod tests {
-    use super::{prefetch, prefetch_addr, reserve_temporary, LARGE_TEMPORARY, OWN_MAPPING};
+    use super::{
+        prefault_temporary, prefetch, prefetch_addr, reserve_temporary, LARGE_TEMPORARY,
+        OWN_MAPPING,
+    };
 
     /// A temporary keeps its values and gets room for what was asked: exactly that below
-    /// `LARGE_TEMPORARY` bytes, at least `OWN_MAPPING` bytes from it on (also when it grows
-    /// past it from a smaller room, and for values of other sizes).
+    /// `LARGE_TEMPORARY` bytes, at least `OWN_MAPPING` bytes from it on where the system has
+    /// huge pages to ask for (also when it grows past it from a smaller room, and for values
+    /// of other sizes, and zero-sized ones); prefaulting changes no value, and the vector
+    /// grows past its room afterwards as any other.
     #[test]
     fn a_temporary_gets_its_room_and_keeps_its_values() {
+        let huge = super::huge_pages().is_some();
         let mut small: Vec<u64> = vec![1, 2, 3];
         reserve_temporary(&mut small, 100);
         assert_eq!(small, [1, 2, 3]);
@@ -255,7 +321,10 @@ mod tests {
         let mut bytes: Vec<u8> = b"hint".to_vec();
         reserve_temporary(&mut bytes, LARGE_TEMPORARY);
         assert_eq!(bytes, b"hint");
-        assert!(bytes.capacity() >= OWN_MAPPING);
+        assert!(bytes.capacity() >= LARGE_TEMPORARY + 4);
+        assert!(!huge || bytes.capacity() >= OWN_MAPPING);
+        prefault_temporary(&bytes, LARGE_TEMPORARY);
+        assert_eq!(bytes, b"hint");
         bytes.resize(LARGE_TEMPORARY + 4, 9);
         assert_eq!(&bytes[..5], b"hint\x09");
         assert_eq!(bytes[LARGE_TEMPORARY + 3], 9);
@@ -265,9 +334,16 @@ mod tests {
         let more = want - wide.len();
         reserve_temporary(&mut wide, more);
         assert!(wide.capacity() >= want);
+        prefault_temporary(&wide, 5000);
         assert!(wide.iter().enumerate().all(|(i, v)| *v == [i as u64; 8]));
-        wide.extend((1000..want as u64).map(|i| [i; 8]));
-        assert_eq!(wide[want - 1], [want as u64 - 1; 8]);
+        let past = wide.capacity() + 3;
+        wide.extend((1000..past as u64).map(|i| [i; 8]));
+        assert!(wide.iter().enumerate().all(|(i, v)| *v == [i as u64; 8]));
+
+        let mut nothing: Vec<()> = vec![(); 5];
+        reserve_temporary(&mut nothing, usize::MAX - 5);
+        prefault_temporary(&nothing, 10);
+        assert_eq!(nothing.len(), 5);
     }
 
     /// A hint at any address, unmapped, null or the last one, neither faults nor panics.
