@@ -433,12 +433,17 @@ impl KeyspaceCore {
         // copy afterwards: chunks of their own, moved into one vector at the end, were a second
         // copy of every entry (64 MB at 1 M keys).
         let mut all: Vec<(Key, Entry)> = Vec::new();
-        crate::log::mmap::reserve_temporary(&mut all, len + ORDER_COPY_SLOTS);
+        crate::log::mmap::reserve_temporary(
+            &mut all,
+            len + ORDER_COPY_SLOTS,
+            crate::log::mmap::Filled::UnderLock,
+        );
+        let mut prefault = true;
         let mut at = 0;
         loop {
             all.reserve(ORDER_COPY_SLOTS);
             // Any huge page's first fault taken here, not under the read lock.
-            crate::log::mmap::prefault_temporary(&all, ORDER_COPY_SLOTS);
+            prefault = prefault && crate::log::mmap::prefault_temporary(&all, ORDER_COPY_SLOTS);
             let next = self
                 .state
                 .read()

@@ -144,7 +144,11 @@ impl Loader {
         };
         if keys.len() == keys.capacity() {
             // Doubling, as `push` would.
-            crate::log::mmap::reserve_temporary(keys, keys.capacity().max(64));
+            crate::log::mmap::reserve_temporary(
+                keys,
+                keys.capacity().max(64),
+                crate::log::mmap::Filled::Freely,
+            );
         }
         keys.push((Key::from_slice(key), entry));
     }
@@ -784,7 +788,11 @@ fn load_sealed(
                 if reserve.get() > 0 {
                     // Most of a hint is one keyspace's (entries are sorted by keyspace).
                     let keys = slot(&mut loader.keys, meta.keyspace);
-                    crate::log::mmap::reserve_temporary(keys, reserve.take());
+                    crate::log::mmap::reserve_temporary(
+                        keys,
+                        reserve.take(),
+                        crate::log::mmap::Filled::Freely,
+                    );
                 }
                 fits &= u64::from(offset) + u64::from(len) <= entry.len;
                 loader.add(id, offset, len, meta, key);
@@ -825,7 +833,8 @@ fn load_sealed(
     Ok(Some(seg))
 }
 
-/// Reads the file at `path` into `buf` (cleared first, its capacity kept).
+/// Reads the file at `path` into `buf` (cleared first; its room kept if the file fits, else
+/// replaced).
 fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
     use std::io::Read;
     buf.clear();
@@ -835,7 +844,7 @@ fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
         // A larger room, not a grown one: growing would copy the last file's bytes.
         *buf = Vec::new();
     }
-    crate::log::mmap::reserve_temporary(buf, len);
+    crate::log::mmap::reserve_temporary(buf, len, crate::log::mmap::Filled::Freely);
     f.read_to_end(buf)?;
     Ok(())
 }

@@ -324,7 +324,14 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
 /// warmed, or as soon as it sees that a merge retired it (whose file is deleted only when its
 /// last holder lets go).
 fn spawn_warm(inner: &Inner) -> Result<(Arc<AtomicBool>, JoinHandle<()>)> {
-    let segs: Vec<_> = inner.segments.read().sealed.values().rev().cloned().collect();
+    let segs: Vec<_> = inner
+        .segments
+        .read()
+        .sealed
+        .values()
+        .rev()
+        .cloned()
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = Arc::clone(&stop);
     let thread = std::thread::Builder::new()

@@ -156,29 +156,64 @@ const LARGE_TEMPORARY: usize = 8 << 20;
 /// allocator maps the room on its own, and the advice goes with it when it is freed.
 const OWN_MAPPING: usize = 32 << 20;
 
-/// This system's transparent huge pages, read once: the huge page's size and the base page's,
-/// if the setting lets a program ask for them (`madvise` or `always`), the huge page is at
-/// most [`OWN_MAPPING`] (64 KiB base pages on arm64 make it 512 MiB), and this is 64-bit
-/// Linux. `None` otherwise, and then [`reserve_temporary`] is a plain `reserve_exact`.
-fn huge_pages() -> Option<(usize, usize)> {
+/// This system's transparent huge pages as [`reserve_temporary`] may ask for them.
+#[derive(Clone, Copy)]
+struct HugePages {
+    /// A huge page's bytes.
+    huge: usize,
+    /// A base page's bytes.
+    base: usize,
+    /// The kernel can fault a range in on request (`MADV_POPULATE_WRITE`, Linux 5.14 on).
+    populate: bool,
+}
+
+/// Read once: the huge pages a program gets by asking (`MADV_HUGEPAGE`), if the setting for
+/// the PMD-sized pages is `madvise` (the per-size setting of Linux 6.8 on, unless it defers to
+/// the global one, else the global one), the huge page is at most a quarter of
+/// [`OWN_MAPPING`] (64 KiB base pages on arm64 make it 512 MiB), and this is 64-bit Linux.
+/// `None` otherwise, `always` included: there the pages are huge without asking, and asking
+/// would only make a fault in the range compact memory to find one.
+fn huge_pages() -> Option<HugePages> {
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     {
-        static PAGES: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+        static PAGES: std::sync::OnceLock<Option<HugePages>> = std::sync::OnceLock::new();
         *PAGES.get_or_init(|| {
             let sys = "/sys/kernel/mm/transparent_hugepage";
-            let enabled = std::fs::read_to_string(format!("{sys}/enabled")).ok()?;
-            if !enabled.contains("[madvise]") && !enabled.contains("[always]") {
-                return None;
-            }
             let huge: usize = std::fs::read_to_string(format!("{sys}/hpage_pmd_size"))
                 .ok()?
                 .trim()
                 .parse()
                 .ok()?;
+            let global = std::fs::read_to_string(format!("{sys}/enabled")).ok()?;
+            let mode = std::fs::read_to_string(format!("{sys}/hugepages-{}kB/enabled", huge >> 10))
+                .ok()
+                .filter(|own| !own.contains("[inherit]"))
+                .unwrap_or(global);
+            if !mode.contains("[madvise]") {
+                return None;
+            }
             // SAFETY: `sysconf` takes an integer and reads no memory of the program's.
             let base = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
             let fits = |n: usize| n.is_power_of_two() && n >= 4096;
-            (fits(huge) && fits(base) && base < huge && huge <= OWN_MAPPING).then_some((huge, base))
+            if !(fits(huge) && fits(base) && base < huge && huge <= OWN_MAPPING / 4) {
+                return None;
+            }
+            // A kernel that knows the advice accepts it for no bytes; one that does not
+            // refuses it (EINVAL) before looking at the length.
+            // SAFETY: a range of no bytes at a page-aligned address: nothing is read,
+            // written or faulted in.
+            let populate = unsafe {
+                libc::madvise(
+                    std::ptr::without_provenance_mut(base),
+                    0,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            } == 0;
+            Some(HugePages {
+                huge,
+                base,
+                populate,
+            })
         })
     }
     #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
@@ -195,24 +230,39 @@ fn advise(from: usize, to: usize, base: usize, advice: libc::c_int) -> bool {
     // MADV_NOHUGEPAGE and MADV_POPULATE_WRITE change how pages are backed (and fault them in),
     // never what any byte holds. A refusal changes nothing.
     to > from
-        && unsafe { libc::madvise(std::ptr::without_provenance_mut(from), to - from, advice) }
-            == 0
+        && unsafe { libc::madvise(std::ptr::without_provenance_mut(from), to - from, advice) } == 0
+}
+
+/// Whether a temporary's values are written while others wait for a lock the writer holds
+/// ([`reserve_temporary`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Filled {
+    /// With no lock anyone waits for (open's temporaries).
+    Freely,
+    /// Under a lock others wait for (an ordering's copy): its room must be faulted in before
+    /// the lock ([`prefault_temporary`]), so it gets huge pages only where the kernel can.
+    UnderLock,
 }
 
 /// Makes room for at least `additional` more values in `v`, a large temporary that is filled
 /// once and dropped (open's loaded records and hint files, an ordering's copy of a key
-/// directory). From [`LARGE_TEMPORARY`] bytes on, where [`huge_pages`] finds them, the room is
-/// at least [`OWN_MAPPING`] bytes and the kernel is asked to back the whole allocation with
-/// transparent huge pages (`MADV_HUGEPAGE`; the whole of it, so its mapping is not split and
-/// growing it can still move pages rather than copy them): written for the first time, each
-/// 4 KiB page cost a page fault, and at 1 M keys those were a third of an open in a fresh
-/// process and half of an ordering's copy (DESIGN.md §3.1, "Huge pages for large
-/// temporaries"). Room never touched costs address space only; a huge page partly written
-/// costs its 2 MiB.
-pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize) {
+/// directory). From [`LARGE_TEMPORARY`] bytes on, where [`huge_pages`] says asking gets them
+/// (and, for a temporary filled under a lock, the kernel can fault its room in beforehand),
+/// the room is at least [`OWN_MAPPING`] bytes and the kernel is asked to back the whole
+/// allocation with transparent huge pages (`MADV_HUGEPAGE`; the whole of it, so its mapping
+/// is not split and growing it can still move pages rather than copy them): written for the
+/// first time, each 4 KiB page cost a page fault, and at 1 M keys those were a third of an
+/// open in a fresh process and half of an ordering's copy (DESIGN.md §3.1, "Huge pages for
+/// large temporaries"). Room never touched costs address space only; a huge page partly
+/// written costs its 2 MiB.
+pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize, filled: Filled) {
     let size = std::mem::size_of::<T>();
     let want = v.len().saturating_add(additional);
-    let Some((_, base)) = huge_pages().filter(|_| size > 0 && want.saturating_mul(size) >= LARGE_TEMPORARY) else {
+    let Some(pages) = huge_pages().filter(|p| {
+        size > 0
+            && want.saturating_mul(size) >= LARGE_TEMPORARY
+            && (p.populate || filled == Filled::Freely)
+    }) else {
         v.reserve_exact(additional);
         return;
     };
@@ -220,37 +270,55 @@ pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize) {
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     {
         let at = v.as_ptr() as usize;
-        advise(at, at + v.capacity() * size, base, libc::MADV_HUGEPAGE);
+        advise(
+            at,
+            at + v.capacity() * size,
+            pages.base,
+            libc::MADV_HUGEPAGE,
+        );
     }
     #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-    let _ = base;
+    let _ = pages;
 }
 
-/// Faults in the room for the next `count` values of `v` now (`MADV_POPULATE_WRITE`, Linux
-/// 5.14 on), for a temporary [`reserve_temporary`] made huge whose values are then written
-/// under a lock others wait for: a huge page's first fault may have the kernel compact memory
-/// to find one, which must not happen while writers wait. The range is rounded out to whole
-/// huge pages within the room. Where the kernel cannot populate, the room is advised back to
-/// ordinary pages (`MADV_NOHUGEPAGE`), whose faults stay small. Nothing for small vectors.
-pub fn prefault_temporary<T>(v: &Vec<T>, count: usize) {
+/// Faults in the room for the next `count` values of `v` now (`MADV_POPULATE_WRITE`), for a
+/// temporary [`reserve_temporary`] made huge whose values are then written under a lock
+/// others wait for: a huge page's first fault may have the kernel compact memory to find one,
+/// which must not happen while writers wait. The end of the range is rounded up to a huge
+/// page where one fits in the room, else to a base page; its start to the first whole base
+/// page after the values (the part page before it is in use already). Returns false if the
+/// kernel refused: the room is then advised back to ordinary pages (`MADV_NOHUGEPAGE`), whose
+/// faults stay small, and the caller need not ask again. Nothing (true) for a vector whose
+/// room is under [`OWN_MAPPING`] bytes or where huge pages are not asked for.
+pub fn prefault_temporary<T>(v: &Vec<T>, count: usize) -> bool {
     let size = std::mem::size_of::<T>();
     let room = v.capacity().saturating_sub(v.len());
-    let Some((huge, base)) = huge_pages().filter(|_| size > 0 && v.capacity().saturating_mul(size) >= OWN_MAPPING) else {
-        return;
+    let Some(pages) = huge_pages()
+        .filter(|p| p.populate && size > 0 && v.capacity().saturating_mul(size) >= OWN_MAPPING)
+    else {
+        return true;
     };
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     {
         let at = v.as_ptr() as usize;
+        let limit = at + v.capacity() * size;
         let start = at + v.len() * size;
-        let end = (start + count.min(room) * size).next_multiple_of(huge);
-        let end = end.min(at + v.capacity() * size) / base * base;
-        let start = start.next_multiple_of(base);
-        if end > start && !advise(start, end, base, libc::MADV_POPULATE_WRITE) {
-            advise(at, at + v.capacity() * size, base, libc::MADV_NOHUGEPAGE);
+        let end = start + count.min(room) * size;
+        let end = match end.next_multiple_of(pages.huge) {
+            whole if whole <= limit => whole,
+            _ => end
+                .next_multiple_of(pages.base)
+                .min(limit / pages.base * pages.base),
+        };
+        let start = start.next_multiple_of(pages.base);
+        if end > start && !advise(start, end, pages.base, libc::MADV_POPULATE_WRITE) {
+            advise(at, limit, pages.base, libc::MADV_NOHUGEPAGE);
+            return false;
         }
     }
     #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-    let _ = (huge, base, room, count);
+    let _ = (pages, room, count);
+    true
 }
 
 /// Gives the free memory the C allocator holds back to the operating system, best effort
@@ -300,7 +368,7 @@ pub const PREFETCH_MAX: usize = 4096;
 #[cfg(test)]
 mod tests {
     use super::{
-        prefault_temporary, prefetch, prefetch_addr, reserve_temporary, LARGE_TEMPORARY,
+        prefault_temporary, prefetch, prefetch_addr, reserve_temporary, Filled, LARGE_TEMPORARY,
         OWN_MAPPING,
     };
 
@@ -311,19 +379,19 @@ mod tests {
     /// grows past its room afterwards as any other.
     #[test]
     fn a_temporary_gets_its_room_and_keeps_its_values() {
-        let huge = super::huge_pages().is_some();
+        let huge = super::huge_pages().is_some_and(|p| p.populate);
         let mut small: Vec<u64> = vec![1, 2, 3];
-        reserve_temporary(&mut small, 100);
+        reserve_temporary(&mut small, 100, Filled::Freely);
         assert_eq!(small, [1, 2, 3]);
         assert!(small.capacity() >= 103);
         assert!(small.capacity() * 8 < LARGE_TEMPORARY);
 
         let mut bytes: Vec<u8> = b"hint".to_vec();
-        reserve_temporary(&mut bytes, LARGE_TEMPORARY);
+        reserve_temporary(&mut bytes, LARGE_TEMPORARY, Filled::Freely);
         assert_eq!(bytes, b"hint");
         assert!(bytes.capacity() >= LARGE_TEMPORARY + 4);
         assert!(!huge || bytes.capacity() >= OWN_MAPPING);
-        prefault_temporary(&bytes, LARGE_TEMPORARY);
+        assert!(prefault_temporary(&bytes, LARGE_TEMPORARY));
         assert_eq!(bytes, b"hint");
         bytes.resize(LARGE_TEMPORARY + 4, 9);
         assert_eq!(&bytes[..5], b"hint\x09");
@@ -332,17 +400,17 @@ mod tests {
         let mut wide: Vec<[u64; 8]> = (0..1000u64).map(|i| [i; 8]).collect();
         let want = OWN_MAPPING / 64 + 7;
         let more = want - wide.len();
-        reserve_temporary(&mut wide, more);
+        reserve_temporary(&mut wide, more, Filled::UnderLock);
         assert!(wide.capacity() >= want);
-        prefault_temporary(&wide, 5000);
+        assert!(prefault_temporary(&wide, 5000));
         assert!(wide.iter().enumerate().all(|(i, v)| *v == [i as u64; 8]));
         let past = wide.capacity() + 3;
         wide.extend((1000..past as u64).map(|i| [i; 8]));
         assert!(wide.iter().enumerate().all(|(i, v)| *v == [i as u64; 8]));
 
         let mut nothing: Vec<()> = vec![(); 5];
-        reserve_temporary(&mut nothing, usize::MAX - 5);
-        prefault_temporary(&nothing, 10);
+        reserve_temporary(&mut nothing, usize::MAX - 5, Filled::Freely);
+        assert!(prefault_temporary(&nothing, 10));
         assert_eq!(nothing.len(), 5);
     }
 
