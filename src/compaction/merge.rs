@@ -144,7 +144,13 @@ impl Outputs<'_> {
 
     /// Appends a record (a copy with its current `deadline`, or a marker with 0) to the
     /// current output, starting a new one when it is full.
-    fn place(&mut self, meta: &Meta, key: &[u8], bytes: &[u8], deadline: u64) -> Result<(u32, u32)> {
+    fn place(
+        &mut self,
+        meta: &Meta,
+        key: &[u8],
+        bytes: &[u8],
+        deadline: u64,
+    ) -> Result<(u32, u32)> {
         let need = bytes.len() as u64;
         // Markers (deadline 0), copies that never expire, and copies due after the horizon
         // are written as before: together, in outputs of the segment size.
@@ -560,18 +566,19 @@ fn decide_by_lookup(
     (now, outside_min, unreported_after): (u64, u64, u64),
 ) -> (Decision, u64) {
     let current = st.get(rec.key);
-    let named = rec.meta.kind == Kind::Put
-        && current.is_some_and(|e| e.file == file && e.offset == off);
-    let live = named
-        && current.is_some_and(|e| {
-            st.is_live(e, now) || st.expires_at(e) > unreported_after
-        });
+    let named =
+        rec.meta.kind == Kind::Put && current.is_some_and(|e| e.file == file && e.offset == off);
+    let live =
+        named && current.is_some_and(|e| st.is_live(e, now) || st.expires_at(e) > unreported_after);
     let unshadowed = rec.meta.flags & FLAG_SHADOWS == 0 && rec.meta.kind == Kind::Put;
     let hidden_by_newer =
         current.is_some_and(|e| e.seq > rec.meta.seq && e.flags & FLAG_SHADOWS != 0);
     let nothing_older_outside = outside_min > rec.meta.seq;
     if live {
-        (Decision::Copy, current.map_or(ttl::NEVER, |e| st.expires_at(e)))
+        (
+            Decision::Copy,
+            current.map_or(ttl::NEVER, |e| st.expires_at(e)),
+        )
     } else if unshadowed || hidden_by_newer || nothing_older_outside {
         (Decision::Drop, ttl::NEVER)
     } else {
@@ -983,11 +990,7 @@ fn choose(inner: &Inner, full: bool, idle_below: Option<u32>) -> Result<Option<C
         inner.opts.compaction_dead_ratio,
         idle_below.is_some_and(|below| active_id < below),
     );
-    let active = log
-        .segstats
-        .get(&active_id)
-        .copied()
-        .unwrap_or_default();
+    let active = log.segstats.get(&active_id).copied().unwrap_or_default();
     if active.total >= inner.opts.segment_size / 16
         && active.dead > 0
         && active.dead_share() >= active_ratio
@@ -1143,14 +1146,32 @@ mod tests {
                 1 => ItemTtl::Never,
                 _ => ItemTtl::Seconds(1 + next(25) as u32),
             };
-            let kind = if next(4) == 0 { Kind::Tombstone } else { Kind::Put };
+            let kind = if next(4) == 0 {
+                Kind::Tombstone
+            } else {
+                Kind::Put
+            };
             let flags = if next(2) == 0 { FLAG_SHADOWS } else { 0 };
             let seq = 10 + next(50);
             let write_ms = next(80_000);
-            let meta = Meta { kind, flags, keyspace: 1, ttl: own, seq, write_ms };
-            let rec = Record { meta, key: b"k", value: b"" };
+            let meta = Meta {
+                kind,
+                flags,
+                keyspace: 1,
+                ttl: own,
+                seq,
+                write_ms,
+            };
+            let rec = Record {
+                meta,
+                key: b"k",
+                value: b"",
+            };
             let (file, off) = (7, 64);
-            let mut st = KeyspaceState { history, ..KeyspaceState::default() };
+            let mut st = KeyspaceState {
+                history,
+                ..KeyspaceState::default()
+            };
             let entry = |seq: u64, file: u32, off: u32, ts: u64, ttl: ItemTtl, flags: u8| Entry {
                 seq,
                 file,
@@ -1172,7 +1193,11 @@ mod tests {
                     );
                 }
                 _ => {
-                    let s = if next(2) == 0 { seq + 1 + next(10) } else { seq.saturating_sub(1 + next(5)) };
+                    let s = if next(2) == 0 {
+                        seq + 1 + next(10)
+                    } else {
+                        seq.saturating_sub(1 + next(5))
+                    };
                     let f = if next(2) == 0 { FLAG_SHADOWS } else { 0 };
                     st.map.insert(
                         Key::from_slice(b"k"),
@@ -1187,7 +1212,10 @@ mod tests {
             let bounds = (now, outside_min, unreported_after);
             let a = code(&decide_by_lookup(&st, file, off, &rec, bounds));
             let b = code(&decide(&st, file, off, &rec, bounds, false));
-            assert_eq!(a, b, "rec {meta:?} st {st:?} now {now} outside_min {outside_min}");
+            assert_eq!(
+                a, b,
+                "rec {meta:?} st {st:?} now {now} outside_min {outside_min}"
+            );
             // Without any lookup in a clean segment: the same decision whenever the key
             // directory names the record, as it does for every unexpired put of such a
             // segment (the debug assertion in `settle` checks that in every merge).

@@ -275,7 +275,11 @@ pub fn dead_whole(s: &SegStats, now: u64, epoch: u64) -> bool {
 /// How `s` stands under `rules` at `now`, before any share is compared.
 fn standing(s: &SegStats, now: u64, rules: &Rules) -> Standing {
     let reaped = s.dead >= s.total && s.shadowing == 0;
-    if reaped || rules.early_drop.is_some_and(|epoch| dead_whole(s, now, epoch)) {
+    if reaped
+        || rules
+            .early_drop
+            .is_some_and(|epoch| dead_whole(s, now, epoch))
+    {
         Standing::Dropped
     } else if s.sterile_in != 0
         && s.sterile_in == rules.reclaim_gen.saturating_add(1)
@@ -348,8 +352,7 @@ pub fn select(
             Standing::Open => {
                 let r = reclaimable(&s);
                 let pressed_in = pressed && r > 0 && r as f64 >= pressed_share * s.total as f64;
-                if s.dead >= s.total || (s.dead > 0 && s.dead_share() >= dead_ratio) || pressed_in
-                {
+                if s.dead >= s.total || (s.dead > 0 && s.dead_share() >= dead_ratio) || pressed_in {
                     sel.merge.push(id);
                 } else if s.total < coalesce_below && s.dies_by == ttl::NEVER {
                     small.push(id);
@@ -362,7 +365,10 @@ pub fn select(
     if !full
         && sel.merge.is_empty()
         && small.len() >= COALESCE_MIN_SEGMENTS
-        && small.iter().map(|id| stats.get(id).map_or(0, |s| s.total)).sum::<u64>()
+        && small
+            .iter()
+            .map(|id| stats.get(id).map_or(0, |s| s.total))
+            .sum::<u64>()
             >= coalesce_below
     {
         sel.merge.extend(small);
@@ -370,8 +376,12 @@ pub fn select(
     }
     if !full {
         let stat = |id: &u32| stats.get(id).copied().unwrap_or_default();
-        sel.deferred =
-            bound_merge(&mut sel.merge, &stat, |s| overdue(s, now, max_lag_secs), max_merge_bytes);
+        sel.deferred = bound_merge(
+            &mut sel.merge,
+            &stat,
+            |s| overdue(s, now, max_lag_secs),
+            max_merge_bytes,
+        );
     }
     sel
 }
@@ -535,7 +545,10 @@ mod tests {
         };
         assert!(short_lived(&seg(100, 50, 2), 2));
         assert!(!short_lived(&seg(100, 49, 2), 2), "less than half");
-        assert!(!short_lived(&seg(100, 100, 1), 2), "counted before a default changed");
+        assert!(
+            !short_lived(&seg(100, 100, 1), 2),
+            "counted before a default changed"
+        );
         assert!(!short_lived(&seg(0, 0, 2), 2), "empty");
     }
 
@@ -568,11 +581,7 @@ mod tests {
             .drop
             .is_empty());
         for id in ids {
-            assert_eq!(
-                dead_whole(&m[&id], now, epoch),
-                id <= 2,
-                "segment {id}"
-            );
+            assert_eq!(dead_whole(&m[&id], now, epoch), id <= 2, "segment {id}");
         }
     }
 
@@ -591,18 +600,45 @@ mod tests {
         m.insert(4, dying(now - 3, 0)); // overdue but within the reaper's grace: wait
         m.insert(5, dying(now - REAP_GRACE_SECS - 1, 0)); // overdue past grace: merge
         m.insert(6, dying(ttl::NEVER, 0)); // some record never expires: merge
-        let sel = select(&[1, 2, 3, 4, 5, 6], &m, now, &rules(0.5, 600, u64::MAX), false);
+        let sel = select(
+            &[1, 2, 3, 4, 5, 6],
+            &m,
+            now,
+            &rules(0.5, 600, u64::MAX),
+            false,
+        );
         assert!(sel.drop.is_empty());
         assert_eq!(sel.merge, vec![2, 3, 5, 6]);
         // Dead at last: dropped, deferral or not.
-        m.insert(1, SegStats { dead: 100, ..dying(now + 5, 0) });
-        assert_eq!(select(&[1], &m, now, &rules(0.5, 600, u64::MAX), false).drop, vec![1]);
+        m.insert(
+            1,
+            SegStats {
+                dead: 100,
+                ..dying(now + 5, 0)
+            },
+        );
+        assert_eq!(
+            select(&[1], &m, now, &rules(0.5, 600, u64::MAX), false).drop,
+            vec![1]
+        );
         // A full compaction merges everything it does not drop.
-        assert_eq!(select(&[4], &m, now, &rules(0.5, 600, u64::MAX), true).merge, vec![4]);
+        assert_eq!(
+            select(&[4], &m, now, &rules(0.5, 600, u64::MAX), true).merge,
+            vec![4]
+        );
         // The lag bound: expired bytes older than the lag are purged even from a segment
         // that waits to die.
-        m.insert(7, SegStats { oldest_expiry: now - 700, ..dying(now + 5, 0) });
-        assert_eq!(select(&[7], &m, now, &rules(0.5, 600, u64::MAX), false).merge, vec![7]);
+        m.insert(
+            7,
+            SegStats {
+                oldest_expiry: now - 700,
+                ..dying(now + 5, 0)
+            },
+        );
+        assert_eq!(
+            select(&[7], &m, now, &rules(0.5, 600, u64::MAX), false).merge,
+            vec![7]
+        );
     }
 
     #[test]
@@ -617,11 +653,21 @@ mod tests {
         let ids = [1, 2, 3, 4, 5];
         let sel = select(&ids, &m, now, &rules(0.5, 600, 250), false);
         assert_eq!(sel.drop, vec![5]);
-        assert_eq!(sel.merge, vec![1, 4], "the oldest, then overdue, in id order");
+        assert_eq!(
+            sel.merge,
+            vec![1, 4],
+            "the oldest, then overdue, in id order"
+        );
         assert_eq!(sel.deferred, 200, "2 and 3 wait for the next merge");
-        assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 300), false).merge, vec![1, 2, 4]);
+        assert_eq!(
+            select(&ids, &m, now, &rules(0.5, 600, 300), false).merge,
+            vec![1, 2, 4]
+        );
         // At least one segment, however small the bound.
-        assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 1), false).merge, vec![1]);
+        assert_eq!(
+            select(&ids, &m, now, &rules(0.5, 600, 1), false).merge,
+            vec![1]
+        );
         // After the oldest, longest overdue first, whatever the dead share.
         m.insert(6, st(100, 90, 0, now - 650));
         m.insert(7, st(100, 5, 0, now - 900));
@@ -632,7 +678,10 @@ mod tests {
         // Within the bound, or a full compaction: everything.
         let sel = select(&ids, &m, now, &rules(0.5, 600, 400), false);
         assert_eq!((sel.merge, sel.deferred), (vec![1, 2, 3, 4], 0));
-        assert_eq!(select(&ids, &m, now, &rules(0.5, 600, 1), true).merge, vec![1, 2, 3, 4]);
+        assert_eq!(
+            select(&ids, &m, now, &rules(0.5, 600, 1), true).merge,
+            vec![1, 2, 3, 4]
+        );
     }
 
     #[test]
@@ -714,7 +763,11 @@ mod tests {
         let busy = rules(0.5, 600, u64::MAX);
         let sel = select(&ids, &m, 2000, &busy, false);
         assert_eq!(sel.drop, vec![1, 2]);
-        assert!(sel.merge.is_empty(), "25 of 500 bytes dead: {:?}", sel.merge);
+        assert!(
+            sel.merge.is_empty(),
+            "25 of 500 bytes dead: {:?}",
+            sel.merge
+        );
         assert_eq!((sel.debt, sel.kept), (25, 500));
         // Left to die whole within the horizon: on disk, but no debt (25 of 700 bytes).
         let dying = SegStats {
@@ -755,7 +808,13 @@ mod tests {
         assert_eq!(reclaimable(&markers), 10);
         assert_eq!(select(&[1, 2, 3], &m, 2000, &busy, false).merge, vec![3]);
         // Half dead by the usual rule, markers and all: merged as before.
-        m.insert(1, SegStats { markers: 30, ..st(100, 50, 5, ttl::NEVER) });
+        m.insert(
+            1,
+            SegStats {
+                markers: 30,
+                ..st(100, 50, 5, ttl::NEVER)
+            },
+        );
         assert_eq!(select(&[1, 2, 3], &m, 2000, &busy, false).merge, vec![1, 3]);
     }
 
@@ -796,7 +855,10 @@ mod tests {
             reclaim_gen,
             ..rules(0.5, 600, u64::MAX)
         };
-        assert_eq!(select(&[1, 2, 3], &m, 2000, &at(4), false).merge, vec![2, 3]);
+        assert_eq!(
+            select(&[1, 2, 3], &m, 2000, &at(4), false).merge,
+            vec![2, 3]
+        );
         // Something was reclaimed since: it may be worth merging again.
         assert_eq!(select(&[1, 2], &m, 2000, &at(5), false).merge, vec![1, 2]);
         // A full merge takes it whatever.
@@ -821,7 +883,11 @@ mod tests {
             let mut merged = HashSet::new();
             for _ in 0..3 {
                 for _ in 0..4 {
-                    let oldest = if newcomers_overdue { now - lag } else { ttl::NEVER };
+                    let oldest = if newcomers_overdue {
+                        now - lag
+                    } else {
+                        ttl::NEVER
+                    };
                     m.insert(next, st(100, 90, 0, oldest));
                     next += 1;
                 }

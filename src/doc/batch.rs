@@ -218,11 +218,7 @@ struct Done {
 
 /// Checks an item body against the batch: an object with a valid `id`, on the batch's
 /// partition key; returns its properties and id.
-fn item_of(
-    body: &Body,
-    pk: &PartitionKey,
-    pk_path: &str,
-) -> Result<(Map<String, Value>, String)> {
+fn item_of(body: &Body, pk: &PartitionKey, pk_path: &str) -> Result<(Map<String, Value>, String)> {
     let value = body.clone().map_err(Error::BadRequest)?;
     validate::item_object(&value)?;
     let item_pk = partition::extract(&value, pk_path)?;
@@ -267,7 +263,9 @@ impl Container {
     /// storage errors.
     pub fn execute_batch(&self, batch: &TransactionalBatch) -> Result<TransactionalBatchResponse> {
         if batch.ops.is_empty() {
-            return Err(Error::BadRequest("a batch needs at least one operation".into()));
+            return Err(Error::BadRequest(
+                "a batch needs at least one operation".into(),
+            ));
         }
         if batch.ops.len() > MAX_BATCH_OPS {
             return Err(Error::BadRequest(format!(

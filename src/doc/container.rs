@@ -676,19 +676,29 @@ mod tests {
             ContainerProperties::new("fed", "/pk").with_change_feed_retention_minutes(10),
         ] {
             let c = db.create_container(props).expect("container");
-            c.create_item(&json!({"id": "created", "pk": "a"})).expect("create");
-            c.upsert_item(&json!({"id": "upserted", "pk": "a"})).expect("upsert");
-            c.create_item(&json!({"id": "replaced", "pk": "a"})).expect("create");
-            c.replace_item("a", "replaced", &json!({"id": "replaced", "pk": "a", "v": 2}))
-                .expect("replace");
-            c.create_item(&json!({"id": "patched", "pk": "a", "n": 1})).expect("create");
-            c.patch_item("a", "patched", &[PatchOp::incr("/n", 1)]).expect("patch");
+            c.create_item(&json!({"id": "created", "pk": "a"}))
+                .expect("create");
+            c.upsert_item(&json!({"id": "upserted", "pk": "a"}))
+                .expect("upsert");
+            c.create_item(&json!({"id": "replaced", "pk": "a"}))
+                .expect("create");
+            c.replace_item(
+                "a",
+                "replaced",
+                &json!({"id": "replaced", "pk": "a", "v": 2}),
+            )
+            .expect("replace");
+            c.create_item(&json!({"id": "patched", "pk": "a", "n": 1}))
+                .expect("create");
+            c.patch_item("a", "patched", &[PatchOp::incr("/n", 1)])
+                .expect("patch");
             let mut batch = TransactionalBatch::new("a");
             batch
                 .create_item(&json!({"id": "batched1", "pk": "a"}))
                 .upsert_item(&json!({"id": "batched2", "pk": "a"}));
             assert!(c.execute_batch(&batch).expect("batch").is_success());
-            c.create_items(&[json!({"id": "bulk", "pk": "a"})]).expect("bulk");
+            c.create_items(&[json!({"id": "bulk", "pk": "a"})])
+                .expect("bulk");
             let raw = partition::encode_key(&"a".into(), "raw");
             c.keyspace()
                 .put(&raw, br#"{"id":"raw","pk":"a"}"#)

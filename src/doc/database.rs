@@ -180,9 +180,10 @@ impl Database {
         // one is created before the entry that says retention is on.
         let history = self.fresh_history(&props)?;
         self.system.put(props.id.as_bytes(), stored_json(&props)?)?;
-        self.histories
-            .lock()
-            .insert(props.id.clone(), Arc::new(parking_lot::RwLock::new(history)));
+        self.histories.lock().insert(
+            props.id.clone(),
+            Arc::new(parking_lot::RwLock::new(history)),
+        );
         self.indexes.ensure(&ks, props.indexed_paths()?)?;
         Ok(Container::new(self.clone(), props, ks))
     }
@@ -405,7 +406,9 @@ impl Database {
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn pause_indexer(&self, paused: bool) {
-        self.indexes.paused.store(paused, std::sync::atomic::Ordering::Release);
+        self.indexes
+            .paused
+            .store(paused, std::sync::atomic::Ordering::Release);
     }
 
     pub(crate) fn max_item_size(&self) -> usize {

@@ -29,8 +29,8 @@ use crate::error::{Error, Result};
 mod all;
 mod history;
 
-pub(crate) use history::{add_history, History, HistorySlot};
 use history::OrderKey;
+pub(crate) use history::{add_history, History, HistorySlot};
 
 /// How often a waiting [`ChangeFeedIter`] polls even without a signal.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
@@ -289,11 +289,7 @@ impl Container {
 
     /// One latest-version page from `opts.start`: the start position, the changes with their
     /// sequence numbers, and the position after the page.
-    fn latest_page(
-        &self,
-        opts: &ChangeFeedOptions,
-        prefix: Option<&[u8]>,
-    ) -> Result<LatestPage> {
+    fn latest_page(&self, opts: &ChangeFeedOptions, prefix: Option<&[u8]>) -> Result<LatestPage> {
         let (now_ms, cut) = self.ks.feed_cut();
         let pos = match &opts.start {
             ChangeFeedStart::Beginning => Position { after: 0, since: 0 },

@@ -31,13 +31,14 @@ pub use batch::{
     BatchOperationResult, TransactionalBatch, TransactionalBatchResponse, MAX_BATCH_BYTES,
     MAX_BATCH_OPS,
 };
+pub use container::BulkCreate;
 pub use container::{Container, ItemOptions, Items, QueryPage, QueryResults};
 pub use database::Database;
 pub use feed::{
-    ChangeFeedIter, ChangeFeedMode, ChangeFeedOptions, ChangeFeedPage, ChangeFeedStart, ChangeReceiver,
+    ChangeFeedIter, ChangeFeedMode, ChangeFeedOptions, ChangeFeedPage, ChangeFeedStart,
+    ChangeReceiver,
 };
-pub use patch::{PatchOp, MAX_PATCH_OPS};
 pub use partition::PartitionKey;
+pub use patch::{PatchOp, MAX_PATCH_OPS};
 pub use properties::{ContainerProperties, IndexingMode};
 pub use query::{Query, QueryOptions};
-pub use container::BulkCreate;

@@ -285,7 +285,9 @@ pub(crate) fn compile(ops: &[PatchOp], pk_path: &str) -> Result<Compiled> {
             return Err(bad(format!(
                 "incr at '{}' needs a number, not {}",
                 op.path,
-                op.value.as_ref().map_or("nothing", super::validate::json_kind)
+                op.value
+                    .as_ref()
+                    .map_or("nothing", super::validate::json_kind)
             )));
         }
         out.push((op.kind, segs, from, op.value.clone()));
@@ -317,7 +319,12 @@ fn parent_mut<'a, 's>(doc: &'a mut Value, segs: &'s [String]) -> Result<(&'a mut
     };
     let mut cur = doc;
     for (i, seg) in init.iter().enumerate() {
-        let missing = || bad(format!("patch path '{}' does not exist", shown(&segs[..=i])));
+        let missing = || {
+            bad(format!(
+                "patch path '{}' does not exist",
+                shown(&segs[..=i])
+            ))
+        };
         cur = match cur {
             Value::Object(m) => m.get_mut(seg).ok_or_else(missing)?,
             Value::Array(a) => {
@@ -672,7 +679,12 @@ mod tests {
             PatchOp::move_from("/f", "/g").to_json_value(),
             json!({"op": "move", "from": "/f", "path": "/g"})
         );
-        for bad in [json!({"op": "copy", "path": "/a"}), json!({"op": "add", "path": "/a"}), json!({"op": "move", "path": "/a"}), json!({"op": "remove"})] {
+        for bad in [
+            json!({"op": "copy", "path": "/a"}),
+            json!({"op": "add", "path": "/a"}),
+            json!({"op": "move", "path": "/a"}),
+            json!({"op": "remove"}),
+        ] {
             assert!(PatchOp::from_json_value(&bad).is_err(), "{bad}");
         }
         Ok(())
@@ -691,9 +703,18 @@ mod tests {
     #[test]
     fn add_inserts_set_overwrites_in_arrays() -> Result<()> {
         let d = json!({"a": [1, 2, 3]});
-        assert_eq!(run(d.clone(), &[PatchOp::add("/a/1", 9)])?, json!({"a": [1, 9, 2, 3]}));
-        assert_eq!(run(d.clone(), &[PatchOp::set("/a/1", 9)])?, json!({"a": [1, 9, 3]}));
-        assert_eq!(run(d.clone(), &[PatchOp::add("/a/3", 9)])?, json!({"a": [1, 2, 3, 9]}));
+        assert_eq!(
+            run(d.clone(), &[PatchOp::add("/a/1", 9)])?,
+            json!({"a": [1, 9, 2, 3]})
+        );
+        assert_eq!(
+            run(d.clone(), &[PatchOp::set("/a/1", 9)])?,
+            json!({"a": [1, 9, 3]})
+        );
+        assert_eq!(
+            run(d.clone(), &[PatchOp::add("/a/3", 9)])?,
+            json!({"a": [1, 2, 3, 9]})
+        );
         assert!(run(d, &[PatchOp::add("/a/4", 9)]).is_err());
         Ok(())
     }
@@ -701,13 +722,19 @@ mod tests {
     #[test]
     fn incr_keeps_integers_exact_and_falls_back_on_overflow() -> Result<()> {
         let d = json!({"n": i64::MAX - 1});
-        assert_eq!(run(d.clone(), &[PatchOp::incr("/n", 1)])?, json!({"n": i64::MAX}));
+        assert_eq!(
+            run(d.clone(), &[PatchOp::incr("/n", 1)])?,
+            json!({"n": i64::MAX})
+        );
         // Past i64 but within u64: still an exact integer.
         let big = run(d, &[PatchOp::incr("/n", 5)])?;
         assert_eq!(big["n"].as_u64(), Some(i64::MAX as u64 + 4));
         let under = run(json!({"n": i64::MIN + 1}), &[PatchOp::incr("/n", -5)])?;
         assert!(under["n"].is_f64());
-        assert_eq!(run(json!({"n": 1.5}), &[PatchOp::incr("/n", 1)])?, json!({"n": 2.5}));
+        assert_eq!(
+            run(json!({"n": 1.5}), &[PatchOp::incr("/n", 1)])?,
+            json!({"n": 2.5})
+        );
         assert!(run(json!({"n": f64::MAX}), &[PatchOp::incr("/n", f64::MAX)]).is_err());
         Ok(())
     }

@@ -139,15 +139,23 @@ impl ContainerProperties {
     /// ordered secondary index that queries use for `=`, `IN`, ranges, `BETWEEN` and
     /// `STARTSWITH`.
     #[must_use]
-    pub fn with_included_paths<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
-        self.included_paths.extend(paths.into_iter().map(Into::into));
+    pub fn with_included_paths<S: Into<String>>(
+        mut self,
+        paths: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.included_paths
+            .extend(paths.into_iter().map(Into::into));
         self
     }
 
     /// Adds paths to `indexingPolicy.excludedPaths`.
     #[must_use]
-    pub fn with_excluded_paths<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
-        self.excluded_paths.extend(paths.into_iter().map(Into::into));
+    pub fn with_excluded_paths<S: Into<String>>(
+        mut self,
+        paths: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.excluded_paths
+            .extend(paths.into_iter().map(Into::into));
         self
     }
 
@@ -466,11 +474,9 @@ impl Serialize for ContainerProperties {
                 included_paths: paths(&self.included_paths),
                 excluded_paths: paths(&self.excluded_paths),
             },
-            change_feed_policy: self
-                .change_feed_retention_minutes
-                .map(|m| FeedPolicy {
-                    retention_duration: m,
-                }),
+            change_feed_policy: self.change_feed_retention_minutes.map(|m| FeedPolicy {
+                retention_duration: m,
+            }),
         }
         .serialize(s)
     }

@@ -79,7 +79,9 @@ pub(crate) fn fields<'a>(
             };
             if let Some(i) = hit {
                 found(i, text);
-                missing &= !1u64.checked_shl(u32::try_from(i).unwrap_or(u32::MAX)).unwrap_or(0);
+                missing &= !1u64
+                    .checked_shl(u32::try_from(i).unwrap_or(u32::MAX))
+                    .unwrap_or(0);
                 if early && missing == 0 {
                     return Ok(());
                 }
@@ -354,7 +356,10 @@ mod tests {
         assert_eq!(found_in(cut, &["b", "a"], false), Err(Refused));
         // A name not present: the whole text is read, and checked.
         assert_eq!(found_in(cut, &["a", "zz"], true), Err(Refused));
-        assert_eq!(found_in(r#"{"a":1}"#, &["a", "zz"], true), Ok(vec![(0, "1".to_string())]));
+        assert_eq!(
+            found_in(r#"{"a":1}"#, &["a", "zz"], true),
+            Ok(vec![(0, "1".to_string())])
+        );
         // Nothing wanted: only the opening brace.
         assert_eq!(found_in(r#"{"a":"#, &[], true), Ok(vec![]));
         assert_eq!(found_in(r#"{"a":"#, &[], false), Err(Refused));

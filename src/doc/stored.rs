@@ -48,7 +48,11 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> 
 ///
 /// # Errors
 /// The parser's error when `bytes` is not JSON, as from [`parse`].
-pub(crate) fn parse_fields(bytes: &[u8], wanted: &[String], doc: bool) -> serde_json::Result<Value> {
+pub(crate) fn parse_fields(
+    bytes: &[u8],
+    wanted: &[String],
+    doc: bool,
+) -> serde_json::Result<Value> {
     let mut out = Map::new();
     let mut bad = false;
     let skimmed = skim::fields(bytes, wanted, doc, |i, text| {
@@ -295,14 +299,20 @@ mod tests {
     #[test]
     fn parse_fields_keeps_only_the_wanted_properties() {
         let text = r#"{"a": {"x": [1, 2.5]}, "b": "skip \" me", "c\u0041": true, "a": 7}"#;
-        assert_eq!(fields(text, &["a"]).expect("parse"), serde_json::json!({"a": 7}));
+        assert_eq!(
+            fields(text, &["a"]).expect("parse"),
+            serde_json::json!({"a": 7})
+        );
         assert_eq!(
             fields(text, &["cA", "zz"]).expect("parse"),
             serde_json::json!({"cA": true})
         );
         assert_eq!(fields(text, &[]).expect("parse"), serde_json::json!({}));
         // Not an object: whole, as `parse` gives it.
-        assert_eq!(fields(" [1, 2]", &["a"]).expect("parse"), serde_json::json!([1, 2]));
+        assert_eq!(
+            fields(" [1, 2]", &["a"]).expect("parse"),
+            serde_json::json!([1, 2])
+        );
     }
 
     #[test]
@@ -321,7 +331,10 @@ mod tests {
         assert!(parse::<Value>(bad_utf8).is_err());
         assert!(parse_fields(bad_utf8, &["a".to_string()], false).is_err());
         let deep = format!(r#"{{"a": 1, "b": {}}}"#, nested(MAX_DEPTH - 1));
-        assert_eq!(fields(&deep, &["a"]).expect("128 levels"), serde_json::json!({"a": 1}));
+        assert_eq!(
+            fields(&deep, &["a"]).expect("128 levels"),
+            serde_json::json!({"a": 1})
+        );
         let too_deep = format!(r#"{{"a": 1, "b": {}}}"#, nested(MAX_DEPTH));
         assert!(fields(&too_deep, &["a"]).is_err());
     }
@@ -331,10 +344,39 @@ mod tests {
     #[test]
     fn parse_fields_agrees_with_parse_on_random_texts() {
         const PARTS: &[&[u8]] = &[
-            b"{", b"}", b"[", b"]", b",", b":", b" ", b"\"a\"", b"\"b\"", b"\"", b"\\",
-            b"\\\"", b"\\u0041", b"\\ud83d\\ude00", b"\\ud800", b"\\n", b"\\q", b"x",
-            b"0", b"-1", b"1.5", b"1e3", b"01", b"true", b"nul", b"null", b"\t", b"\x01",
-            "\u{e9}".as_bytes(), b"\xc3", b"\xff", b"abcdefgh", b"\"abcdefghijklmnop\"",
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b",",
+            b":",
+            b" ",
+            b"\"a\"",
+            b"\"b\"",
+            b"\"",
+            b"\\",
+            b"\\\"",
+            b"\\u0041",
+            b"\\ud83d\\ude00",
+            b"\\ud800",
+            b"\\n",
+            b"\\q",
+            b"x",
+            b"0",
+            b"-1",
+            b"1.5",
+            b"1e3",
+            b"01",
+            b"true",
+            b"nul",
+            b"null",
+            b"\t",
+            b"\x01",
+            "\u{e9}".as_bytes(),
+            b"\xc3",
+            b"\xff",
+            b"abcdefgh",
+            b"\"abcdefghijklmnop\"",
         ];
         let wanted = ["a".to_string(), "b".to_string()];
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;

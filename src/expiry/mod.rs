@@ -117,7 +117,10 @@ impl Inner {
             // up to ASSIST_PER_KEY), so writers slow down gradually rather than in steps: a
             // step makes the write rate, and TTL seconds later the expiry rate, oscillate.
             let share = (lag - ASSIST_LAG_S).clamp(1, ASSIST_PER_KEY as u64) as usize;
-            let _ = self.reap_upto(keys_written.saturating_mul(share).max(64), ASSIST_MIN_BACKLOG);
+            let _ = self.reap_upto(
+                keys_written.saturating_mul(share).max(64),
+                ASSIST_MIN_BACKLOG,
+            );
         }
     }
 
@@ -156,8 +159,7 @@ impl Inner {
             // Complete only if nothing due at `now` is anywhere: not pending, not being
             // handled (or swept) by another thread, and not re-armed by a reaper with an
             // earlier `now` (it would be reported later, so `reaped_upto` must not pass it).
-            let complete =
-                ex.in_flight == 0 && ex.timers.next_deadline().is_none_or(|d| d > now);
+            let complete = ex.in_flight == 0 && ex.timers.next_deadline().is_none_or(|d| d > now);
             if complete {
                 ex.reaped_upto = ex.reaped_upto.max(now);
             }

@@ -400,9 +400,16 @@ mod tests {
         let mut runs = Vec::new();
         assert_eq!(t.take(7, last + 100, &mut runs), last + 100);
         assert_eq!(runs.len(), 2);
-        assert_eq!(runs[0].1.as_ptr(), buffers[buffers.len() - 1], "moved, not copied");
+        assert_eq!(
+            runs[0].1.as_ptr(),
+            buffers[buffers.len() - 1],
+            "moved, not copied"
+        );
         assert_eq!(runs[1].1.len(), 100);
-        assert!(!buffers.contains(&runs[1].1.as_ptr()), "the split part is a copy");
+        assert!(
+            !buffers.contains(&runs[1].1.as_ptr()),
+            "the split part is a copy"
+        );
         let left = &t.buckets[&7];
         assert_eq!(left.len, 3_000 - last - 100);
         assert_eq!(left.chunks.iter().map(Vec::len).sum::<usize>(), left.len);
@@ -416,8 +423,14 @@ mod tests {
         t.insert(7, timer(9_999));
         let left = &t.buckets[&7];
         assert_eq!(left.chunks.len(), chunks);
-        assert_eq!(left.chunks.last().map(|c| c.capacity() - c.len()), Some(room - 1));
-        assert_eq!(take_flat(&mut t, 7, usize::MAX).len(), 3_000 - last - 100 + 1);
+        assert_eq!(
+            left.chunks.last().map(|c| c.capacity() - c.len()),
+            Some(room - 1)
+        );
+        assert_eq!(
+            take_flat(&mut t, 7, usize::MAX).len(),
+            3_000 - last - 100 + 1
+        );
         assert_eq!(t.len(), 0);
         assert_eq!(t.next_deadline(), None);
     }
@@ -456,7 +469,10 @@ mod tests {
             assert_eq!(filed.len(), one.len());
             assert!(filed.heap_bytes() <= one.heap_bytes(), "spread {spread}");
             for b in filed.buckets.values() {
-                assert!(b.chunks.iter().all(|c| c.len() == c.capacity()), "spread {spread}");
+                assert!(
+                    b.chunks.iter().all(|c| c.len() == c.capacity()),
+                    "spread {spread}"
+                );
                 assert!(b.chunks.iter().all(|c| c.len() <= CHUNK_MAX));
                 assert_eq!(b.chunks.iter().map(Vec::len).sum::<usize>(), b.len);
             }
@@ -513,7 +529,11 @@ mod tests {
         assert_eq!(out.len(), 600);
         assert!(out.iter().all(|(at, t)| {
             let i = u64::from_be_bytes(t.key.as_slice().try_into().expect("8-byte key"));
-            *at == if i < 1_000 { 10 + i % 5 } else { 14 + (i - 1_000) % 5 }
+            *at == if i < 1_000 {
+                10 + i % 5
+            } else {
+                14 + (i - 1_000) % 5
+            }
         }));
         assert_eq!(a.len(), 0);
     }

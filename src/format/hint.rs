@@ -120,7 +120,12 @@ impl HintWriter {
         LE::write_u32(&mut e[32..36], offset);
         LE::write_u32(&mut e[36..40], len);
         let here = self.spans.len();
-        match self.last.iter_mut().rev().find(|(ks, _)| *ks == meta.keyspace) {
+        match self
+            .last
+            .iter_mut()
+            .rev()
+            .find(|(ks, _)| *ks == meta.keyspace)
+        {
             Some((_, at)) => {
                 let (ps, pe) = self.spans[*at];
                 let prev = &self.buf[ps..pe];
@@ -190,7 +195,10 @@ impl HintWriter {
         out.extend_from_slice(self.buf.get(..HINT_HEADER_LEN).unwrap_or_default());
         out.extend_from_slice(&base_ms.to_le_bytes());
         for &(_, _, _, _, start, end) in &order {
-            let (Some(e), Some(key)) = (buf.get(start..start + HINT_ENTRY_LEN), buf.get(start + HINT_ENTRY_LEN..end)) else {
+            let (Some(e), Some(key)) = (
+                buf.get(start..start + HINT_ENTRY_LEN),
+                buf.get(start + HINT_ENTRY_LEN..end),
+            ) else {
                 continue;
             };
             out.push(e[0]);
@@ -289,10 +297,7 @@ fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64), DecodeError> {
         return Err(DecodeError::BadField);
     }
     let version = LE::read_u32(&b[8..12]);
-    if b[0..8] != HINT_MAGIC
-        || version != HINT_VERSION
-        || LE::read_u32(&b[12..16]) != segment_id
-    {
+    if b[0..8] != HINT_MAGIC || version != HINT_VERSION || LE::read_u32(&b[12..16]) != segment_id {
         return Err(DecodeError::BadField);
     }
     let count = LE::read_u64(&footer[0..8]);
@@ -336,10 +341,12 @@ fn walk_compact(b: &[u8], body_end: usize, f: Visit<'_>) -> Result<(), DecodeErr
         if flags & !KNOWN_FLAGS != 0 {
             return Err(DecodeError::BadField);
         }
-        let keyspace = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let keyspace =
+            u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
         let ttl_wire = unzigzag(varint::get(body, &mut pos)?)?;
         let ttl = ItemTtl::from_wire(ttl_wire).ok_or(DecodeError::BadField)?;
-        let key_len = usize::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadLength)?;
+        let key_len =
+            usize::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadLength)?;
         if key_len > MAX_KEY_SIZE {
             return Err(DecodeError::BadLength);
         }
@@ -347,7 +354,8 @@ fn walk_compact(b: &[u8], body_end: usize, f: Visit<'_>) -> Result<(), DecodeErr
         let write_ms = base_ms
             .checked_add(varint::get(body, &mut pos)?)
             .ok_or(DecodeError::BadField)?;
-        let offset = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let offset =
+            u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
         let len = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
         let key = body
             .get(pos..pos.checked_add(key_len).ok_or(DecodeError::BadLength)?)
@@ -464,7 +472,9 @@ mod tests {
         };
         let mut entries = Vec::new();
         for seq in 1..=3000u64 {
-            let key: Vec<u8> = (0..next(13)).map(|_| [0u8, b'a', b'b'][next(3) as usize]).collect();
+            let key: Vec<u8> = (0..next(13))
+                .map(|_| [0u8, b'a', b'b'][next(3) as usize])
+                .collect();
             let mut e = entry(seq, &key);
             e.meta.keyspace = 1 + next(3) as u32;
             entries.push(e);

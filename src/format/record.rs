@@ -273,9 +273,7 @@ pub fn plausible(b: &[u8]) -> Option<Meta> {
 /// value), if the header passes its own checks: what decoding it would hash at most.
 #[must_use]
 pub fn claimed_len(b: &[u8]) -> Option<usize> {
-    header(b)
-        .ok()
-        .map(|h| h.body_at + h.key_len + h.value_len)
+    header(b).ok().map(|h| h.body_at + h.key_len + h.value_len)
 }
 
 /// Member count of a batch header record.
@@ -354,10 +352,7 @@ mod tests {
 
     #[test]
     fn layout_matches_design_grid() {
-        let m = Meta {
-            seq: 300,
-            ..meta()
-        };
+        let m = Meta { seq: 300, ..meta() };
         let mut b = Vec::new();
         encode(&mut b, &m, b"key-1", b"value bytes");
         // tag: kind 1 | SHADOWS << 2; keyspace 3; ttl 30 zigzagged; seq 300 in two bytes.
@@ -413,14 +408,30 @@ mod tests {
         let cases: [(&[u8], &[u8], DecodeError); 7] = [
             (&[0, 1, 0, 1, 1, 1, 1], b"kv", DecodeError::BadField), // kind 0
             (&[0x41, 1, 0, 1, 1, 1, 1], b"kv", DecodeError::BadField), // tag bit 6
-            (&[1, 0x81, 0x00, 0, 1, 1, 1, 1], b"kv", DecodeError::BadField), // overlong
+            (
+                &[1, 0x81, 0x00, 0, 1, 1, 1, 1],
+                b"kv",
+                DecodeError::BadField,
+            ), // overlong
             (&[1, 1, 3, 1, 1, 1, 1], b"kv", DecodeError::BadField), // ttl -2
             (&[3, 1, 0, 1, 1, 1, 4], b"kvvvv", DecodeError::BadField), // batch header with key
-            (&[1, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 1, 1, 1, 1], b"kv", DecodeError::BadField), // keyspace past u32
-            (&[1, 1, 0, 1, 1, 0x80, 0x80, 0x80, 0x40, 1], b"", DecodeError::BadLength), // 128 MiB key
+            (
+                &[1, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 1, 1, 1, 1],
+                b"kv",
+                DecodeError::BadField,
+            ), // keyspace past u32
+            (
+                &[1, 1, 0, 1, 1, 0x80, 0x80, 0x80, 0x40, 1],
+                b"",
+                DecodeError::BadLength,
+            ), // 128 MiB key
         ];
         for (fields, body, err) in cases {
-            assert_eq!(decode(&seal(fields, body)).map(|r| r.meta), Err(err), "{fields:?}");
+            assert_eq!(
+                decode(&seal(fields, body)).map(|r| r.meta),
+                Err(err),
+                "{fields:?}"
+            );
         }
     }
 
@@ -445,9 +456,15 @@ mod tests {
     fn zero_header_is_end_and_huge_lengths_are_rejected_before_allocating() {
         assert_eq!(decode(&[0u8; 64]), Err(DecodeError::End));
         assert_eq!(decode(&[0u8; MIN_RECORD_LEN]), Err(DecodeError::End));
-        assert_eq!(decode(&[0u8; MIN_RECORD_LEN - 1]), Err(DecodeError::Truncated));
+        assert_eq!(
+            decode(&[0u8; MIN_RECORD_LEN - 1]),
+            Err(DecodeError::Truncated)
+        );
         // A value length of 2^35 is refused from the header, whatever follows.
-        let b = seal(&[1, 1, 0, 1, 1, 1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01], b"k");
+        let b = seal(
+            &[1, 1, 0, 1, 1, 1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01],
+            b"k",
+        );
         assert_eq!(decode(&b).map(|r| r.meta), Err(DecodeError::BadLength));
     }
 }

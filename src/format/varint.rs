@@ -126,6 +126,9 @@ mod tests {
         }
         assert_eq!(len(zigzag(-1)), 1);
         assert_eq!(len(zigzag(63)), 1);
-        assert_eq!(unzigzag(u64::from(u32::MAX) + 1), Err(DecodeError::BadField));
+        assert_eq!(
+            unzigzag(u64::from(u32::MAX) + 1),
+            Err(DecodeError::BadField)
+        );
     }
 }

@@ -157,7 +157,12 @@ impl Manifest {
     /// two keyspaces one set of records (the catalogue keeps one of them by id), so it is
     /// damage.
     fn duplicate(&self) -> Option<String> {
-        let mut segments: Vec<u32> = self.sealed.iter().map(|s| s.id).chain(self.active).collect();
+        let mut segments: Vec<u32> = self
+            .sealed
+            .iter()
+            .map(|s| s.id)
+            .chain(self.active)
+            .collect();
         segments.sort_unstable();
         if let Some(w) = segments.windows(2).find(|w| w[0] == w[1]) {
             return Some(format!("manifest lists segment {} twice", w[0]));
@@ -272,7 +277,10 @@ mod tests {
             history: Vec::new(),
         };
         let good = Manifest {
-            sealed: vec![SealedSegment { id: 1, len: 64 }, SealedSegment { id: 2, len: 64 }],
+            sealed: vec![
+                SealedSegment { id: 1, len: 64 },
+                SealedSegment { id: 2, len: 64 },
+            ],
             active: Some(3),
             keyspaces: vec![ks(1, "a"), ks(2, "b")],
             ..Manifest::default()

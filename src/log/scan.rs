@@ -375,7 +375,11 @@ mod tests {
                 err: DecodeError::Unsearched
             }]
         );
-        assert_eq!(seen, vec![1, 3, 4], "the records before the region are kept");
+        assert_eq!(
+            seen,
+            vec![1, 3, 4],
+            "the records before the region are kept"
+        );
     }
 
     #[test]

@@ -140,7 +140,11 @@ mod tests {
         assert_eq!(plan(&[10, 10, 10], Some(59)), 2);
         assert_eq!(plan(&[10, 10, 10], Some(40)), 2);
         assert_eq!(plan(&[10, 10, 10], Some(39)), 1);
-        assert_eq!(plan(&[30, 1], Some(40)), 0, "a prefix only: a too-big newest stops it");
+        assert_eq!(
+            plan(&[30, 1], Some(40)),
+            0,
+            "a prefix only: a too-big newest stops it"
+        );
         assert_eq!(plan(&[], Some(100)), 0);
         assert_eq!(plan(&[u64::MAX, 1], Some(u64::MAX)), 0);
     }
@@ -201,7 +205,10 @@ mod tests {
                     ("/sys/fs/cgroup/limited.slice/memory.max", "157286400\n"),
                     ("/sys/fs/cgroup/limited.slice/memory.current", "100\n"),
                     ("/sys/fs/cgroup/limited.slice/app.scope/memory.max", "max\n"),
-                    ("/sys/fs/cgroup/limited.slice/app.scope/memory.current", "50\n"),
+                    (
+                        "/sys/fs/cgroup/limited.slice/app.scope/memory.current",
+                        "50\n",
+                    ),
                 ],
                 Some(157_286_300),
             ),
@@ -264,7 +271,10 @@ mod tests {
         let mut ids = Vec::new();
         for e in std::fs::read_dir(dir.path())? {
             let name = e?.file_name().to_string_lossy().into_owned();
-            if let Some(id) = name.strip_suffix(".seg").and_then(|n| n.parse::<u32>().ok()) {
+            if let Some(id) = name
+                .strip_suffix(".seg")
+                .and_then(|n| n.parse::<u32>().ok())
+            {
                 ids.push(id);
             }
         }
@@ -278,7 +288,11 @@ mod tests {
         let stop = AtomicBool::new(false);
         assert_eq!(warm(segs.clone(), Some(2 * total), &stop), total);
         let first = segs[0].len();
-        assert_eq!(warm(segs.clone(), Some(2 * first), &stop), first, "the newest only");
+        assert_eq!(
+            warm(segs.clone(), Some(2 * first), &stop),
+            first,
+            "the newest only"
+        );
         assert_eq!(warm(segs.clone(), Some(0), &stop), 0);
         assert_eq!(warm(segs.clone(), None, &stop), 0);
         // A segment retired by a merge is skipped, and let go.

@@ -22,10 +22,10 @@ use serde_json::{Map, Value};
 use super::Container;
 use crate::doc::index::IndexSet;
 use crate::doc::partition::{self, PartitionKey};
-use crate::doc::validate::SYSTEM_PROPERTIES;
 use crate::doc::query::{
     self, Chosen, Cursor, Ordered, Owned, PageSpec, Prepared, Query, QueryOptions, Rows,
 };
+use crate::doc::validate::SYSTEM_PROPERTIES;
 use crate::error::Result;
 
 /// A query's plan.
@@ -263,16 +263,11 @@ enum Indexed<'q> {
 /// given), read through the key directory with a scan's semantics; the whole WHERE runs on
 /// each. An exact `COUNT` reads only the items whose index entry might be stale; an `ORDER
 /// BY` on the probed path walks the index in order and stops when the page is full.
-fn run_indexed<'q>(
-    q: Prepared<'q>,
-    at: &IndexedAt<'_>,
-    page: &PageSpec,
-) -> Result<Indexed<'q>> {
+fn run_indexed<'q>(q: Prepared<'q>, at: &IndexedAt<'_>, page: &PageSpec) -> Result<Indexed<'q>> {
     let (set, chosen, from) = (at.set, at.chosen, at.from);
     let prefix = at.pk.map(partition::encode_prefix);
-    let keep = |k: &[u8]| {
-        prefix.as_ref().is_none_or(|p| k.starts_with(p)) && from.is_none_or(|f| k >= f)
-    };
+    let keep =
+        |k: &[u8]| prefix.as_ref().is_none_or(|p| k.starts_with(p)) && from.is_none_or(|f| k >= f);
     if chosen.exact && q.is_filtered_count() && page.after.is_none() {
         let (n, mut picked, unsure) = set.count(chosen.path, &chosen.probe, keep);
         if !set.is_ready() {
@@ -280,12 +275,12 @@ fn run_indexed<'q>(
         }
         picked.set_keys(unsure);
         let (rest, _) = q.run(picked, page)?;
-        let more = rest
-            .first_value()
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
+        let more = rest.first_value().and_then(Value::as_u64).unwrap_or(0);
         let total = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(more);
-        return Ok(Indexed::Done((Rows::values(vec![Value::from(total)]), None)));
+        return Ok(Indexed::Done((
+            Rows::values(vec![Value::from(total)]),
+            None,
+        )));
     }
     if let Some((path, desc)) = &at.order {
         let start = set.ordered(chosen.path, &chosen.probe, *desc, &keep);

@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::engine::{KeyspaceView, PlannedOp};
 use crate::engine::Keyspace;
+use crate::engine::{KeyspaceView, PlannedOp};
 use crate::error::{Error, Result};
 use crate::ttl::{self, ItemTtl, TtlChange};
 
@@ -200,7 +200,11 @@ impl Record {
         v.extend_from_slice(&self.lsn.to_le_bytes());
         v.extend_from_slice(&self.crts.to_le_bytes());
         v.extend_from_slice(&self.prev.unwrap_or(0).to_le_bytes());
-        v.extend_from_slice(&u32::try_from(self.item_key.len()).unwrap_or(u32::MAX).to_le_bytes());
+        v.extend_from_slice(
+            &u32::try_from(self.item_key.len())
+                .unwrap_or(u32::MAX)
+                .to_le_bytes(),
+        );
         v.extend_from_slice(&self.item_key);
         v.extend_from_slice(&self.doc);
         v
@@ -239,7 +243,11 @@ pub(crate) fn add_history(
     ttl_history: &[TtlChange],
 ) -> Result<Vec<(bool, PlannedOp)>> {
     let ts = items.now_ms() / 1000;
-    let keep = ItemTtl::Seconds(u32::try_from(retention).unwrap_or(u32::MAX).min(ttl::MAX_TTL_SECS));
+    let keep = ItemTtl::Seconds(
+        u32::try_from(retention)
+            .unwrap_or(u32::MAX)
+            .min(ttl::MAX_TTL_SECS),
+    );
     // The first op's sequence number: a batch header comes first whenever history is added.
     let base = items.next_seq() + 1;
     let mut out: Vec<(bool, PlannedOp)> = Vec::with_capacity(ops.len() * 3);
@@ -348,12 +356,32 @@ mod tests {
     #[test]
     fn order_keys_sort_as_encoded() {
         let keys = [
-            OrderKey { secs: 5, class: 0, lsn: 9, sub: 0 },
-            OrderKey { secs: 5, class: 1, lsn: 3, sub: 0 },
+            OrderKey {
+                secs: 5,
+                class: 0,
+                lsn: 9,
+                sub: 0,
+            },
+            OrderKey {
+                secs: 5,
+                class: 1,
+                lsn: 3,
+                sub: 0,
+            },
             OrderKey::write(5, 3),
             OrderKey::write(5, 300),
-            OrderKey { secs: 5, class: 2, lsn: 1, sub: 0 },
-            OrderKey { secs: 6, class: 0, lsn: 0, sub: 0 },
+            OrderKey {
+                secs: 5,
+                class: 2,
+                lsn: 1,
+                sub: 0,
+            },
+            OrderKey {
+                secs: 6,
+                class: 0,
+                lsn: 0,
+                sub: 0,
+            },
         ];
         for w in keys.windows(2) {
             assert!(w[0] < w[1]);
@@ -381,7 +409,11 @@ mod tests {
             assert_eq!(Record::decode(&bytes[..cut]), None);
         }
         assert_eq!(Record::decode(&[9u8; 40]), None);
-        let a = Anchor { lsn: 1, ts: 2, ttl: ItemTtl::Seconds(30) };
+        let a = Anchor {
+            lsn: 1,
+            ts: 2,
+            ttl: ItemTtl::Seconds(30),
+        };
         assert_eq!(Anchor::decode(&a.encode()), Some(a));
         assert_eq!(Anchor::decode(&a.encode()[..19]), None);
     }
@@ -389,19 +421,47 @@ mod tests {
     #[test]
     fn an_expiry_caused_by_a_default_change_sorts_after_that_seconds_writes() {
         let h = vec![
-            TtlChange { since: 0, default: crate::ttl::DefaultTtl::Off },
-            TtlChange { since: 100, default: crate::ttl::DefaultTtl::Seconds(10) },
+            TtlChange {
+                since: 0,
+                default: crate::ttl::DefaultTtl::Off,
+            },
+            TtlChange {
+                since: 100,
+                default: crate::ttl::DefaultTtl::Seconds(10),
+            },
         ];
-        let a = Anchor { lsn: 4, ts: 50, ttl: ItemTtl::Inherit };
+        let a = Anchor {
+            lsn: 4,
+            ts: 50,
+            ttl: ItemTtl::Inherit,
+        };
         let e = a.expires_at(&h);
         assert_eq!(e, 100);
         assert_eq!(a.expiry_key(e, &h, None).class, 2);
-        assert_eq!(a.expiry_key(e, &h, Some((100, 9))), OrderKey { secs: 100, class: 1, lsn: 9, sub: 0 });
+        assert_eq!(
+            a.expiry_key(e, &h, Some((100, 9))),
+            OrderKey {
+                secs: 100,
+                class: 1,
+                lsn: 9,
+                sub: 0
+            }
+        );
         // Own TTL: expired at 60 whatever the change did.
-        let own = Anchor { lsn: 4, ts: 50, ttl: ItemTtl::Seconds(10) };
+        let own = Anchor {
+            lsn: 4,
+            ts: 50,
+            ttl: ItemTtl::Seconds(10),
+        };
         let h2 = vec![
-            TtlChange { since: 0, default: crate::ttl::DefaultTtl::NeverExpire },
-            TtlChange { since: 60, default: crate::ttl::DefaultTtl::Seconds(5) },
+            TtlChange {
+                since: 0,
+                default: crate::ttl::DefaultTtl::NeverExpire,
+            },
+            TtlChange {
+                since: 60,
+                default: crate::ttl::DefaultTtl::Seconds(5),
+            },
         ];
         assert_eq!(own.expires_at(&h2), 60);
         assert_eq!(own.expiry_key(60, &h2, None).class, 0);

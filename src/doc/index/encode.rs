@@ -49,7 +49,11 @@ pub(crate) fn encode(v: &Value, out: &mut impl Extend<u8>) -> bool {
         Value::Number(n) => {
             let f = n.as_f64().unwrap_or(0.0) + 0.0; // -0.0 + 0.0 is 0.0
             let bits = f.to_bits();
-            let key = if bits >> 63 == 1 { !bits } else { bits ^ (1 << 63) };
+            let key = if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits ^ (1 << 63)
+            };
             out.extend(key.to_be_bytes());
         }
         Value::String(s) => encode_str_body(s, out),

@@ -902,7 +902,12 @@ impl IndexSet {
     /// Entries held (all paths) and item keys tracked, for tests and the design note.
     pub(crate) fn size(&self) -> (usize, usize) {
         let (t, ()) = self.current(|| ());
-        let entries = t.trees.iter().flat_map(BTreeMap::values).map(Postings::len).sum();
+        let entries = t
+            .trees
+            .iter()
+            .flat_map(BTreeMap::values)
+            .map(Postings::len)
+            .sum();
         (entries, t.by_key.len())
     }
 }
@@ -914,7 +919,10 @@ fn disjoint(mut ranges: Ranges) -> Ranges {
     ranges.sort_by(|a, b| bound_cmp(&a.0, &b.0));
     ranges.dedup();
     ranges.retain(|(lo, hi)| {
-        !empty_range(&(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice)))
+        !empty_range(&(
+            lo.as_ref().map(Vec::as_slice),
+            hi.as_ref().map(Vec::as_slice),
+        ))
     });
     ranges
 }
@@ -1000,8 +1008,7 @@ impl Walk {
                     Box::new(range)
                 };
                 for (value, postings) in groups {
-                    let keys: Vec<ItemKey> =
-                        postings.keys().filter(|k| keep(k)).cloned().collect();
+                    let keys: Vec<ItemKey> = postings.keys().filter(|k| keep(k)).cloned().collect();
                     self.after = Some(value.to_vec());
                     if !keys.is_empty() {
                         taken += keys.len();
@@ -1279,9 +1286,15 @@ mod tests {
         set.sweep_locked(&mut set.t.write(), None);
         {
             let t = set.t.read();
-            assert!(!t.by_key.contains_key(&b"a"[..]), "settled and gone: dropped");
+            assert!(
+                !t.by_key.contains_key(&b"a"[..]),
+                "settled and gone: dropped"
+            );
             assert!(t.by_key.contains_key(&b"b"[..]), "pending: kept");
-            assert_ne!(t.swept_departures, left, "not dealt with while one is pending");
+            assert_ne!(
+                t.swept_departures, left,
+                "not dealt with while one is pending"
+            );
         }
         // `b`'s write turns out never to enter the key directory (it expired on arrival);
         // it settles, and the next sweep, with no new departure, still looks.
@@ -1338,7 +1351,11 @@ mod tests {
         p.add(&a, hash, true);
         assert_eq!(marks(&p), [(b"a".to_vec(), true)]);
         assert!(!p.remove(b"a"), "one version left");
-        assert_eq!(marks(&p), [(b"a".to_vec(), true)], "kept: one may still expire");
+        assert_eq!(
+            marks(&p),
+            [(b"a".to_vec(), true)],
+            "kept: one may still expire"
+        );
         p.add(&b, hash, false);
         assert_eq!(marks(&p), [(b"a".to_vec(), true), (b"b".to_vec(), false)]);
         p.add(&b, hash, true);
@@ -1379,9 +1396,17 @@ mod tests {
             serde_json::json!(2),
         ]);
         let (n, _picked, unsure) = set.count(0, &probe, |_| true);
-        assert_eq!((n, unsure.to_vecs()), (1, vec![b"a".to_vec()]), "b counted, a to be read");
+        assert_eq!(
+            (n, unsure.to_vecs()),
+            (1, vec![b"a".to_vec()]),
+            "b counted, a to be read"
+        );
         let only_c = set.count(0, &probe, |k| k == b"c");
-        assert_eq!((only_c.0, only_c.2.to_vecs()), (0, Vec::<Vec<u8>>::new()), "keep applies");
+        assert_eq!(
+            (only_c.0, only_c.2.to_vecs()),
+            (0, Vec::<Vec<u8>>::new()),
+            "keep applies"
+        );
     }
 
     /// `unsure` holds exactly the tracked keys with a pending or more than one version, after

@@ -85,8 +85,7 @@ pub(crate) fn parse_path(field: &str, path: &str) -> Result<IndexPath> {
                 segments.push(seg);
             } else if seg.is_empty() {
                 return Err(invalid(field, path, "it has an empty segment"));
-            } else if seg.contains(['"', '[', ']', '*', '?']) || seg.contains(char::is_whitespace)
-            {
+            } else if seg.contains(['"', '[', ']', '*', '?']) || seg.contains(char::is_whitespace) {
                 return Err(invalid(
                     field,
                     path,
@@ -166,8 +165,18 @@ mod tests {
     #[test]
     fn bad_paths_are_400s() {
         for p in [
-            "", "status/?", "/status", "/status/", "//?", "/a//b/?", "/\"a/?", "/a b/?", "/?",
-            "/a/*/b/?", "/\"\"/?", "/\"a\"b/?",
+            "",
+            "status/?",
+            "/status",
+            "/status/",
+            "//?",
+            "/a//b/?",
+            "/\"a/?",
+            "/a b/?",
+            "/?",
+            "/a/*/b/?",
+            "/\"\"/?",
+            "/\"a\"b/?",
         ] {
             let e = parse_path("includedPaths", p).expect_err(p);
             assert_eq!(e.status_code(), 400, "{p}");
@@ -178,12 +187,17 @@ mod tests {
     fn excluded_and_root_and_array_paths_are_not_indexed() {
         let inc = ["/*", "/a/?", "/b/?", "/t/[]/?", "/a/*"].map(String::from);
         let exc = ["/b/?".to_string()];
-        assert_eq!(indexed_paths(&inc, &exc).ok(), Some(vec![vec!["a".to_string()]]));
+        assert_eq!(
+            indexed_paths(&inc, &exc).ok(),
+            Some(vec![vec!["a".to_string()]])
+        );
     }
 
     #[test]
     fn too_many_paths_are_refused() {
-        let inc: Vec<String> = (0..=MAX_INDEXED_PATHS).map(|i| format!("/p{i}/?")).collect();
+        let inc: Vec<String> = (0..=MAX_INDEXED_PATHS)
+            .map(|i| format!("/p{i}/?"))
+            .collect();
         assert!(indexed_paths(&inc, &[]).is_err());
     }
 }

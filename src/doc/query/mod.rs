@@ -522,11 +522,7 @@ impl Prepared<'_> {
     /// Runs over `items` (live items' engine keys and stored text, in key order, one
     /// `now`), returning one page of result rows and, if more follow, where the next page
     /// starts.
-    pub(crate) fn run(
-        self,
-        items: impl Source,
-        page: &PageSpec,
-    ) -> Result<(Rows, Option<Cursor>)> {
+    pub(crate) fn run(self, items: impl Source, page: &PageSpec) -> Result<(Rows, Option<Cursor>)> {
         run_select(&self, items, page, false)
     }
 
@@ -554,8 +550,7 @@ impl Prepared<'_> {
             Projection::Star => false,
         };
         let bounded = q.top.is_some() || q.offset_limit.is_some() || page.max.is_some();
-        if !q.joins.is_empty() || q.distinct || !q.group_by.is_empty() || aggregate || !bounded
-        {
+        if !q.joins.is_empty() || q.distinct || !q.group_by.is_empty() || aggregate || !bounded {
             return None;
         }
         let mut path = Vec::new();
@@ -1210,7 +1205,11 @@ fn replace_aggs(e: &Expr, f: &mut dyn FnMut(AggFn, &Expr) -> Val) -> Expr {
 /// of equal maxima, as `Iterator::min_by`/`max_by` pick them).
 enum Acc {
     Count(usize),
-    Sum { sum: f64, n: usize, not_number: bool },
+    Sum {
+        sum: f64,
+        n: usize,
+        not_number: bool,
+    },
     Best(Option<Value>),
 }
 
@@ -1231,11 +1230,7 @@ impl Acc {
         let Some(v) = v else { return };
         match self {
             Acc::Count(n) => *n += 1,
-            Acc::Sum {
-                sum,
-                n,
-                not_number,
-            } => match v.as_f64().filter(|_| v.is_number()) {
+            Acc::Sum { sum, n, not_number } => match v.as_f64().filter(|_| v.is_number()) {
                 Some(x) if !*not_number => {
                     *sum += x;
                     *n += 1;
@@ -1263,7 +1258,9 @@ impl Acc {
     fn result(&self, f: AggFn) -> Val {
         match self {
             Acc::Count(n) => Some(Value::from(*n)),
-            Acc::Sum { not_number: true, .. } => None,
+            Acc::Sum {
+                not_number: true, ..
+            } => None,
             Acc::Sum { sum, n, .. } => match f {
                 AggFn::Sum => Some(parser::num(*sum)),
                 _ if *n == 0 => None,
@@ -1331,7 +1328,10 @@ mod tests {
         assert_eq!(got("SELECT VALUE COUNT(1) IN (2, 3) FROM c"), [json!(true)]);
         assert_eq!(
             got("SELECT c.g, MAX(c.a) BETWEEN 1 AND 5 AS ok FROM c GROUP BY c.g"),
-            [json!({"g": "x", "ok": true}), json!({"g": "y", "ok": false})]
+            [
+                json!({"g": "x", "ok": true}),
+                json!({"g": "y", "ok": false})
+            ]
         );
         assert_eq!(
             got("SELECT VALUE [MIN(c.s) LIKE 'a%', MAX(c.s) NOT LIKE 'a%'] FROM c"),

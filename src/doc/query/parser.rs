@@ -100,7 +100,10 @@ pub(crate) fn parse_predicate(text: &str) -> Result<Option<Expr>> {
     if !matches!(p.peek(), Tok::End) {
         return Err(syntax(
             p.at(),
-            format!("a filter predicate is FROM c [WHERE ...]; unexpected {}", p.show()),
+            format!(
+                "a filter predicate is FROM c [WHERE ...]; unexpected {}",
+                p.show()
+            ),
         ));
     }
     Ok(filter)

@@ -51,10 +51,38 @@ impl Prepared<'_> {
                 };
                 let (probe, rank, exact) = match op {
                     BinOp::Eq => (Probe::Values(vec![v]), 0, true),
-                    BinOp::Gt => (Probe::Range { lo: Some(v), hi: None }, 3, false),
-                    BinOp::Ge => (Probe::Range { lo: Some(v), hi: None }, 3, true),
-                    BinOp::Lt => (Probe::Range { lo: None, hi: Some(v) }, 3, false),
-                    BinOp::Le => (Probe::Range { lo: None, hi: Some(v) }, 3, true),
+                    BinOp::Gt => (
+                        Probe::Range {
+                            lo: Some(v),
+                            hi: None,
+                        },
+                        3,
+                        false,
+                    ),
+                    BinOp::Ge => (
+                        Probe::Range {
+                            lo: Some(v),
+                            hi: None,
+                        },
+                        3,
+                        true,
+                    ),
+                    BinOp::Lt => (
+                        Probe::Range {
+                            lo: None,
+                            hi: Some(v),
+                        },
+                        3,
+                        false,
+                    ),
+                    BinOp::Le => (
+                        Probe::Range {
+                            lo: None,
+                            hi: Some(v),
+                        },
+                        3,
+                        true,
+                    ),
                     _ => return None,
                 };
                 Some((path, probe, rank, exact))
@@ -110,12 +138,24 @@ impl Prepared<'_> {
                     continue;
                 }
                 if let (
-                    Probe::Range { lo: Some(lo), hi: None },
-                    Probe::Range { lo: None, hi: Some(hi) },
+                    Probe::Range {
+                        lo: Some(lo),
+                        hi: None,
+                    },
+                    Probe::Range {
+                        lo: None,
+                        hi: Some(hi),
+                    },
                 )
                 | (
-                    Probe::Range { lo: None, hi: Some(hi) },
-                    Probe::Range { lo: Some(lo), hi: None },
+                    Probe::Range {
+                        lo: None,
+                        hi: Some(hi),
+                    },
+                    Probe::Range {
+                        lo: Some(lo),
+                        hi: None,
+                    },
                 ) = (a, b)
                 {
                     if encode::tag(lo).map(class) == encode::tag(hi).map(class) {

@@ -174,8 +174,10 @@ impl<T: DeserializeOwned> Iterator for Typed<T> {
 pub(crate) trait Source {
     /// The next item, given to `f` with its key, its text and whether its record carries the
     /// `DOC` flag (the document layer wrote the text: see [`Shape::parse_into`]).
-    fn next_with<R>(&mut self, f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>)
-        -> Option<Result<R>>;
+    fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(&[u8], &[u8], bool) -> Result<R>,
+    ) -> Option<Result<R>>;
 }
 
 impl Source for crate::engine::Iter {
