@@ -490,13 +490,7 @@ impl KeyspaceCore {
                 return self.read_ordered_again();
             }
             drop(st);
-            // A key changed after its replay here is noted again for the next round.
-            for chunk in keys.chunks(ORDER_REPLAY_KEYS) {
-                let st = self.state.read();
-                for key in chunk {
-                    ordered.set(key.clone(), st.map.get(key).copied());
-                }
-            }
+            self.replay(&keys, |key, e| ordered.set(key, e));
             round += 1;
         }
     }
@@ -568,19 +562,25 @@ impl KeyspaceCore {
                 return freed && now_hashed;
             }
             drop(st);
-            // A key changed after its replay here is noted again for the next round.
-            for chunk in keys.chunks(ORDER_REPLAY_KEYS) {
-                let st = self.state.read();
-                for key in chunk {
-                    hashed.set(key.clone(), st.map.get(key).copied());
-                }
-            }
+            self.replay(&keys, |key, e| hashed.set(key, e));
             round += 1;
         }
     }
 }
 
 impl KeyspaceCore {
+    /// Hands `set` each of `keys` with its entry now (`None` if it has none), reading them
+    /// [`ORDER_REPLAY_KEYS`] per read lock: the replay rounds of an ordering or hashing off
+    /// the lock. A key changed after its replay here is noted again for the next round.
+    fn replay(&self, keys: &[Key], mut set: impl FnMut(Key, Option<Entry>)) {
+        for chunk in keys.chunks(ORDER_REPLAY_KEYS) {
+            let st = self.state.read();
+            for key in chunk {
+                set(key.clone(), st.map.get(key).copied());
+            }
+        }
+    }
+
     /// [`KeyspaceCore::read_ordered`] once more, after its map was made hashed again between
     /// its last write lock and its read lock (the `ordering` mutex is held by the caller).
     fn read_ordered_again(&self) -> OrderedRead<'_> {

@@ -353,13 +353,11 @@ pub fn release_free_memory_soon() {
 }
 
 /// Runs [`release_free_memory`] if [`release_free_memory_soon`] asked for it since the last
-/// call; returns whether it ran.
-pub fn release_free_memory_if_asked() -> bool {
-    let asked = RELEASE_WANTED.load(std::sync::atomic::Ordering::Relaxed);
-    if asked {
+/// call.
+pub fn release_free_memory_if_asked() {
+    if RELEASE_WANTED.load(std::sync::atomic::Ordering::Relaxed) {
         release_free_memory();
     }
-    asked
 }
 
 /// How much of a record [`prefetch`] asks for.
