@@ -187,7 +187,8 @@ impl Options {
 
     /// Test hook: open cuts a keyspace's records into parts of about `records` records (at
     /// least 1) once it has two parts' worth, merges them side by side, and files timers in
-    /// ranges on several threads from that many timers on. The default (16,384) leaves the
+    /// ranges on several threads from that many timers on (at most 16,384). The default
+    /// (131,072) leaves the
     /// small stores of crash and power-loss tests in one part; a few records per part sends
     /// them through the paths of many parts (and of a map built from parts with rests under a
     /// slab page).

@@ -31,8 +31,8 @@ pub(crate) use keyspace::{KeyList, Picked};
 pub(crate) use planned::{KeyspaceView, PlannedOp};
 pub(crate) use write::{next_id, Current, Existed};
 
-/// Records per key-directory shard at open (`Options::open_shard_records` in tests).
-pub(crate) const OPEN_SHARD_RECORDS: usize = recovery::SHARD_RECORDS;
+/// Records per part of open's merges (`Options::open_shard_records` in tests).
+pub(crate) const OPEN_SHARD_RECORDS: usize = recovery::PART_RECORDS;
 
 use crate::error::{Error, IoContext, Result};
 use crate::expiry::worker::{self, Message, WorkerHandle};

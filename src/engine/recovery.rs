@@ -38,7 +38,7 @@ pub(crate) const MAX_FILE_ID: u32 = 1 << 31;
 const LOADED_TOMBSTONE: u8 = 0x80;
 
 mod build;
-pub(crate) use build::SHARD_RECORDS;
+pub(crate) use build::{PART_RECORDS, SHARD_RECORDS};
 
 /// Bytes of one file the key directory points at, and the latest deadline among them.
 #[derive(Default)]
@@ -448,7 +448,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             &maps,
             &found_all.deadlines,
             threads,
-            opts.open_shard_records,
+            opts.open_shard_records.min(SHARD_RECORDS),
         )
     };
 

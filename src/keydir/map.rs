@@ -32,6 +32,7 @@ use smallvec::SmallVec;
 use std::ops::Bound;
 
 use super::{key_order, Entry, Key, WriteSecs};
+use crate::log::mmap::{MappedIntoIter, MappedVec};
 
 /// Key → entry (module docs).
 #[derive(Debug)]
@@ -380,8 +381,8 @@ fn bit(words: &[u64], i: usize) -> bool {
     words.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1)
 }
 
-/// Slots per page of a [`Pages`] (256 KiB).
-const PAGE: usize = 4096;
+/// Slots per page of a [`Pages`] (2 MiB: one huge page, [`Lines::page`]).
+const PAGE: usize = 32_768;
 
 /// A slab's slots, in pages of [`PAGE`]: growing never moves a slot (but within a short first
 /// page, [`FIRST_PAGE`]). As one vector, the slab doubled by `realloc`, and going from 2^23 to
@@ -389,7 +390,8 @@ const PAGE: usize = 4096;
 /// runs, at 8-9 M keys); the end also gives whole pages back as it shrinks.
 #[derive(Debug, Default)]
 struct Pages {
-    pages: Vec<Box<[Line]>>,
+    /// Every page is full of slots (holes past `len`).
+    pages: Vec<Lines>,
     len: usize,
 }
 
@@ -410,9 +412,110 @@ const _: () = assert!(
 /// measured 400 keyspaces of 3 keys at 105 MB after an open that gave each a full page).
 const FIRST_PAGE: usize = 16;
 
-/// A page of `size` empty slots.
-fn holes(size: usize) -> Box<[Line]> {
-    (0..size).map(|_| Line((Key::default(), HOLE))).collect()
+/// A page's slots: a whole page in a mapping of its own, 2 MiB aligned and advised to huge
+/// pages ([`MappedVec`]; DESIGN.md §3.1, "Huge slab pages"), where the system has one; a
+/// short first page, or a whole one elsewhere, on the heap.
+#[derive(Debug)]
+enum Lines {
+    Heap(Vec<Line>),
+    Mapped(MappedVec<Line>),
+}
+
+impl Default for Lines {
+    fn default() -> Self {
+        Self::Heap(Vec::new())
+    }
+}
+
+impl Lines {
+    /// An empty page with room for [`PAGE`] slots.
+    fn page() -> Self {
+        MappedVec::with_capacity(PAGE)
+            .map_or_else(|| Self::Heap(Vec::with_capacity(PAGE)), Self::Mapped)
+    }
+
+    /// `size` empty slots: a whole page from [`Lines::page`], fewer on the heap.
+    fn holes(size: usize) -> Self {
+        let mut lines = if size == PAGE {
+            Self::page()
+        } else {
+            Self::Heap(Vec::with_capacity(size))
+        };
+        lines.fill(size, std::iter::empty());
+        lines
+    }
+
+    /// Appends the values of `from`, then holes, up to `size` slots.
+    fn fill(&mut self, size: usize, from: impl Iterator<Item = (Key, Entry)>) {
+        let mut from = from.fuse();
+        while self.len() < size {
+            self.push(Line(from.next().unwrap_or((Key::default(), HOLE))));
+        }
+    }
+
+    fn push(&mut self, line: Line) {
+        match self {
+            Self::Heap(v) => v.push(line),
+            Self::Mapped(v) => v.push(line),
+        }
+    }
+
+    /// Whether this is a heap page with no room left and none asked for yet.
+    fn is_unallocated(&self) -> bool {
+        matches!(self, Self::Heap(v) if v.capacity() == 0)
+    }
+}
+
+impl std::ops::Deref for Lines {
+    type Target = [Line];
+
+    #[inline]
+    fn deref(&self) -> &[Line] {
+        match self {
+            Self::Heap(v) => v,
+            Self::Mapped(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Lines {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [Line] {
+        match self {
+            Self::Heap(v) => v,
+            Self::Mapped(v) => v,
+        }
+    }
+}
+
+/// The slots of a [`Lines`], moved out in order.
+enum LinesIter {
+    Heap(std::vec::IntoIter<Line>),
+    Mapped(MappedIntoIter<Line>),
+}
+
+impl Iterator for LinesIter {
+    type Item = Line;
+
+    #[inline]
+    fn next(&mut self) -> Option<Line> {
+        match self {
+            Self::Heap(i) => i.next(),
+            Self::Mapped(i) => i.next(),
+        }
+    }
+}
+
+impl IntoIterator for Lines {
+    type Item = Line;
+    type IntoIter = LinesIter;
+
+    fn into_iter(self) -> LinesIter {
+        match self {
+            Self::Heap(v) => LinesIter::Heap(v.into_iter()),
+            Self::Mapped(v) => LinesIter::Mapped(v.into_iter()),
+        }
+    }
 }
 
 impl Pages {
@@ -433,15 +536,26 @@ impl Pages {
         if self.len == self.room() {
             match self.pages.as_mut_slice() {
                 [only] if only.len() < PAGE => {
-                    // The only page, short, doubles (a copy of at most half a page).
-                    let mut lines = std::mem::take(only).into_vec();
-                    let grown = (lines.len() * 2).min(PAGE);
-                    lines.extend((lines.len()..grown).map(|_| Line((Key::default(), HOLE))));
-                    *only = lines.into_boxed_slice();
+                    // The only page, short, doubles (a copy of at most half a page; into a
+                    // page of its own when it becomes whole).
+                    let grown = (only.len() * 2).min(PAGE);
+                    let mut lines = match std::mem::take(only) {
+                        Lines::Heap(mut v) if grown < PAGE => {
+                            v.reserve_exact(grown - v.len());
+                            Lines::Heap(v)
+                        }
+                        old => {
+                            let mut lines = Lines::page();
+                            lines.fill(old.len(), old.into_iter().map(|l| l.0));
+                            lines
+                        }
+                    };
+                    lines.fill(grown, std::iter::empty());
+                    *only = lines;
                 }
                 pages => {
                     let size = if pages.is_empty() { FIRST_PAGE } else { PAGE };
-                    self.pages.push(holes(size));
+                    self.pages.push(Lines::holes(size));
                 }
             }
         }
@@ -487,7 +601,7 @@ impl Pages {
         let len = self.len;
         self.pages
             .into_iter()
-            .flat_map(|p| p.into_vec().into_iter().map(|l| l.0))
+            .flat_map(|p| p.into_iter().map(|l| l.0))
             .take(len)
     }
 }
@@ -540,11 +654,7 @@ const HOLE: Entry = Entry {
 impl Slab {
     /// A slab of `n` entries: the full `pages`, then `rest` (the other entries, exactly that
     /// many) in pages made from them directly, rather than made of holes and then written.
-    fn filled(
-        mut pages: Vec<Box<[Line]>>,
-        rest: impl Iterator<Item = (Key, Entry)>,
-        n: usize,
-    ) -> Self {
+    fn filled(mut pages: Vec<Lines>, rest: impl Iterator<Item = (Key, Entry)>, n: usize) -> Self {
         let mut rest = rest.fuse();
         let more = n.div_ceil(PAGE) - pages.len();
         // Fewer entries than a page: one short page, as the map would have grown it.
@@ -554,9 +664,13 @@ impl Slab {
             PAGE
         };
         pages.extend((0..more).map(|_| {
-            (0..size)
-                .map(|_| Line(rest.next().unwrap_or((Key::default(), HOLE))))
-                .collect()
+            let mut lines = if size == PAGE {
+                Lines::page()
+            } else {
+                Lines::Heap(Vec::with_capacity(size))
+            };
+            lines.fill(size, rest.by_ref().take(size));
+            lines
         }));
         debug_assert!(rest.next().is_none());
         let mut held = vec![u64::MAX; n / 64];
@@ -898,7 +1012,7 @@ impl HashKey {
             part.pages
                 .iter()
                 .flat_map(|p| p.iter())
-                .chain(&part.page)
+                .chain(part.page.iter())
                 .map(|l| &l.0)
         };
         // Each key is hashed twice, to count and then to deal, rather than its table and
@@ -934,21 +1048,30 @@ impl HashKey {
 #[derive(Debug, Default)]
 pub struct PartPages {
     /// Whole pages.
-    pages: Vec<Box<[Line]>>,
+    pages: Vec<Lines>,
     /// The page being filled (fewer than [`PAGE`] entries).
-    page: Vec<Line>,
+    page: Lines,
 }
+
+/// Entries a part's first page holds on the heap before it moves to a page of its own
+/// ([`Lines::page`]): a part of a few entries (a small keyspace's) then takes a few
+/// kilobytes, not a huge page of 2 MiB to fault in and clear.
+const PART_ON_HEAP: usize = PAGE / 16;
 
 impl PartPages {
     /// Appends `v`.
     pub fn push(&mut self, v: (Key, Entry)) {
-        if self.page.capacity() == 0 {
-            self.page.reserve_exact(PAGE);
+        let len = self.page.len();
+        if self.page.is_unallocated() && !self.pages.is_empty() {
+            self.page = Lines::page();
+        } else if len == PART_ON_HEAP && matches!(self.page, Lines::Heap(_)) {
+            let mut lines = Lines::page();
+            lines.fill(len, std::mem::take(&mut self.page).into_iter().map(|l| l.0));
+            self.page = lines;
         }
         self.page.push(Line(v));
         if self.page.len() == PAGE {
-            self.pages
-                .push(std::mem::take(&mut self.page).into_boxed_slice());
+            self.pages.push(std::mem::take(&mut self.page));
         }
     }
 
@@ -961,9 +1084,9 @@ impl PartPages {
 #[derive(Debug)]
 pub struct HashedPart {
     /// The part's first entries, in whole slab pages.
-    pages: Vec<Box<[Line]>>,
+    pages: Vec<Lines>,
     /// The entries after them (fewer than a page).
-    rest: Vec<Line>,
+    rest: Lines,
     /// Index table `t`'s elements are `elems[starts[t]..starts[t + 1]]`.
     starts: Vec<u32>,
     elems: Vec<Elem>,
@@ -1316,7 +1439,7 @@ impl KeyMap {
             let all: Vec<(Key, Entry)> = parts
                 .into_iter()
                 .flat_map(|p| {
-                    let pages = p.pages.into_iter().flat_map(|page| page.into_vec());
+                    let pages = p.pages.into_iter().flat_map(Lines::into_iter);
                     pages.chain(p.rest).map(|l| l.0)
                 })
                 .collect();

@@ -4,7 +4,9 @@
 //! stale address), lowering a background thread's CPU priority
 //! ([`lower_thread_priority`]), giving the C allocator's free memory back
 //! ([`release_free_memory`]), and advising how large temporaries are backed (huge pages and
-//! prefaulting: [`reserve_temporary`], [`prefault_temporary`]), which changes no byte.
+//! prefaulting: [`reserve_temporary`], [`prefault_temporary`]), which changes no byte, and
+//! [`MappedVec`], a vector of fixed capacity in an anonymous mapping of its own (the key
+//! directory's slab pages, on huge pages).
 //!
 //! Soundness argument (also in DESIGN.md, "mmap"): a mapping is undefined behaviour in Rust only
 //! if the bytes change while a `&[u8]` over them is alive. We map a file only once it is
@@ -360,15 +362,272 @@ pub fn release_free_memory_if_asked() {
     }
 }
 
+/// Where [`MappedVec`] aligns a mapping of at least this many bytes: a 2 MiB huge page, the
+/// size x86-64 and arm64 with 4 KiB base pages use.
+const HUGE_ALIGN: usize = 2 << 20;
+
+/// A vector of fixed capacity in an anonymous mapping of its own (`mmap`), aligned to 2 MiB
+/// when it is that large, and advised to huge pages (`MADV_HUGEPAGE`) where [`huge_pages`]
+/// says asking gets them: the key directory's slab pages (DESIGN.md §3.1, "Huge slab pages").
+/// From the C allocator, a block of 2 MiB lies across two huge-page frames and gets none;
+/// and a mapping of its own goes back to the kernel when it is dropped instead of staying
+/// in the allocator's heap. Values are pushed and popped at the end, never past the
+/// capacity.
+pub struct MappedVec<T> {
+    /// The mapping's first byte, aligned for `T`.
+    ptr: std::ptr::NonNull<T>,
+    /// Values written, from the start.
+    len: usize,
+    /// Values the mapping has room for.
+    cap: usize,
+    /// The mapping's bytes.
+    bytes: usize,
+}
+
+// SAFETY: a `MappedVec<T>` owns its values as a `Vec<T>` does; the mapping is private to it.
+unsafe impl<T: Send> Send for MappedVec<T> {}
+// SAFETY: shared access hands out `&T` only, as a `Vec<T>` does.
+unsafe impl<T: Sync> Sync for MappedVec<T> {}
+
+impl<T> std::fmt::Debug for MappedVec<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedVec")
+            .field("len", &self.len)
+            .field("cap", &self.cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> MappedVec<T> {
+    /// Room for `cap` values, or `None` where there is no such mapping to be had: not 64-bit
+    /// Linux, `T` zero-sized or aligned past a base page, `cap` zero, or `mmap` refused (the
+    /// caller then uses the heap).
+    #[must_use]
+    pub fn with_capacity(cap: usize) -> Option<Self> {
+        #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+        {
+            // SAFETY: `sysconf` takes an integer and reads no memory of the program's.
+            let base = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+            let size = std::mem::size_of::<T>();
+            if size == 0 || cap == 0 || !base.is_power_of_two() || std::mem::align_of::<T>() > base
+            {
+                return None;
+            }
+            let bytes = cap.checked_mul(size)?.checked_next_multiple_of(base)?;
+            let align = if bytes >= HUGE_ALIGN {
+                HUGE_ALIGN.max(base)
+            } else {
+                base
+            };
+            let span = bytes.checked_add(align - base)?;
+            // SAFETY: a new private anonymous mapping; no existing memory is named.
+            let raw = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    span,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if raw == libc::MAP_FAILED {
+                return None;
+            }
+            let start = raw as usize;
+            let head = start.next_multiple_of(align) - start;
+            let tail = span - head - bytes;
+            // SAFETY: both ranges lie inside the mapping just made, at base-page boundaries
+            // (`start`, `align`, `bytes` and `span` are multiples of a base page), and nothing
+            // points into them; the part kept, `bytes` from `start + head`, stays mapped.
+            unsafe {
+                if head > 0 {
+                    libc::munmap(raw, head);
+                }
+                if tail > 0 {
+                    libc::munmap(raw.cast::<u8>().add(head + bytes).cast(), tail);
+                }
+            }
+            // SAFETY: `head < span`, inside the mapping.
+            let first = unsafe { raw.cast::<u8>().add(head) };
+            if let Some(pages) = huge_pages() {
+                if bytes.is_multiple_of(pages.huge) {
+                    let at = first as usize;
+                    advise(at, at + bytes, pages.base, libc::MADV_HUGEPAGE);
+                }
+            }
+            Some(Self {
+                ptr: std::ptr::NonNull::new(first.cast::<T>())?,
+                len: 0,
+                cap,
+                bytes,
+            })
+        }
+        #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+        {
+            let _ = cap;
+            None
+        }
+    }
+
+    /// Appends `v`.
+    ///
+    /// # Panics
+    /// If it is full: callers push at most the capacity they asked for.
+    pub fn push(&mut self, v: T) {
+        assert!(self.len < self.cap, "a MappedVec never grows");
+        // SAFETY: `len < cap`: the slot is inside the mapping, aligned, and holds no value.
+        unsafe { self.ptr.as_ptr().add(self.len).write(v) };
+        self.len += 1;
+    }
+}
+
+impl<T> std::ops::Deref for MappedVec<T> {
+    type Target = [T];
+
+    #[inline]
+    fn deref(&self) -> &[T] {
+        // SAFETY: the first `len` slots hold values, inside the mapping this owns.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> std::ops::DerefMut for MappedVec<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `deref`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> Drop for MappedVec<T> {
+    fn drop(&mut self) {
+        let held = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+        self.len = 0;
+        // SAFETY: the first `len` slots hold values, dropped once here (`len` is zero first,
+        // so a panicking destructor leaks the rest rather than dropping them twice); then the
+        // mapping, which nothing points into any more, goes back. On a target without the
+        // mapping no `MappedVec` is ever made.
+        unsafe {
+            std::ptr::drop_in_place(held);
+            #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+            libc::munmap(self.ptr.as_ptr().cast(), self.bytes);
+        }
+    }
+}
+
+impl<T> IntoIterator for MappedVec<T> {
+    type Item = T;
+    type IntoIter = MappedIntoIter<T>;
+
+    fn into_iter(mut self) -> MappedIntoIter<T> {
+        let end = std::mem::take(&mut self.len);
+        MappedIntoIter {
+            vec: self,
+            at: 0,
+            end,
+        }
+    }
+}
+
+/// The values of a [`MappedVec`], moved out in order; the mapping goes back when it is
+/// dropped, with the values not taken.
+pub struct MappedIntoIter<T> {
+    /// The mapping, its `len` zero: the values `at..end` are this iterator's.
+    vec: MappedVec<T>,
+    at: usize,
+    end: usize,
+}
+
+impl<T> Iterator for MappedIntoIter<T> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        if self.at == self.end {
+            return None;
+        }
+        // SAFETY: slots `at..end` hold values not yet moved out; this one is moved out and
+        // `at` passes it.
+        let v = unsafe { self.vec.ptr.as_ptr().add(self.at).read() };
+        self.at += 1;
+        Some(v)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.end - self.at, Some(self.end - self.at))
+    }
+}
+
+impl<T> Drop for MappedIntoIter<T> {
+    fn drop(&mut self) {
+        let left = self.end - self.at;
+        self.end = self.at;
+        // SAFETY: the values not moved out, dropped once (the range is emptied first); the
+        // mapping goes back when `vec` (its `len` zero) is dropped after this.
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                self.vec.ptr.as_ptr().add(self.at),
+                left,
+            ));
+        }
+    }
+}
+
 /// How much of a record [`prefetch`] asks for.
 pub const PREFETCH_MAX: usize = 4096;
 
 #[cfg(test)]
 mod tests {
     use super::{
-        prefault_temporary, prefetch, prefetch_addr, reserve_temporary, Filled, LARGE_TEMPORARY,
-        OWN_MAPPING,
+        prefault_temporary, prefetch, prefetch_addr, reserve_temporary, Filled, MappedVec,
+        HUGE_ALIGN, LARGE_TEMPORARY, OWN_MAPPING,
     };
+
+    /// A mapped vector holds what was pushed, in order, gives values back by value in order,
+    /// and drops every value it still holds exactly once, whether it is
+    /// dropped itself or its iterator is dropped half way; one of 2 MiB or more starts on a
+    /// 2 MiB boundary.
+    #[test]
+    fn a_mapped_vec_keeps_and_drops_every_value_once() {
+        use std::rc::Rc;
+        let maps = cfg!(all(target_os = "linux", target_pointer_width = "64"));
+        let made = MappedVec::<Rc<u32>>::with_capacity(1000);
+        assert_eq!(made.is_some(), maps, "64-bit Linux maps, nothing else does");
+        let Some(mut v) = made else {
+            return;
+        };
+        let tracked = Rc::new(0u32);
+        for _ in 0..1000 {
+            v.push(Rc::clone(&tracked));
+        }
+        assert_eq!(v.len(), 1000);
+        assert_eq!(Rc::strong_count(&tracked), 1001);
+        let mut it = v.into_iter();
+        for _ in 0..300 {
+            assert!(it.next().is_some());
+        }
+        assert_eq!(it.size_hint(), (700, Some(700)));
+        drop(it);
+        assert_eq!(Rc::strong_count(&tracked), 1);
+
+        let mut w = MappedVec::<u64>::with_capacity(1 << 18).expect("maps as the first did");
+        assert_eq!(w.as_ptr() as usize % HUGE_ALIGN, 0, "2 MiB aligned");
+        for i in 0..1 << 18 {
+            w.push(i);
+        }
+        assert!(w.iter().copied().eq(0..1 << 18));
+        w[7] = 70;
+        assert_eq!(w.into_iter().nth(7), Some(70));
+        let mut short = MappedVec::<String>::with_capacity(3).expect("maps");
+        short.push("a".repeat(100));
+        drop(short);
+        assert!(
+            MappedVec::<()>::with_capacity(8).is_none(),
+            "zero-sized values"
+        );
+        assert!(MappedVec::<u8>::with_capacity(0).is_none(), "no room");
+    }
 
     /// A temporary keeps its values and gets room for what was asked: exactly that below
     /// `LARGE_TEMPORARY` bytes, at least `OWN_MAPPING` bytes from it on where the system has

@@ -28,6 +28,11 @@ use crate::ttl::{self, TtlChange};
 /// key after open, open time): one shard 69.1 B, 127 ms; 65 k records per shard 78.7 B, 75 ms;
 /// 16 k 72.3 B, 71 ms; 4 k 71.1 B, 79 ms.
 pub(crate) const SHARD_RECORDS: usize = 1 << 14;
+/// Records per part of open's merges by default (`Options::open_shard_records`): 128 K, four
+/// slab pages of 2 MiB, which the map takes whole. A part's entries after its last whole page
+/// are copied into pages of the map's own; with parts of [`SHARD_RECORDS`] (under one page)
+/// that was every entry (DESIGN.md §3.1, "Huge slab pages").
+pub(crate) const PART_RECORDS: usize = 1 << 17;
 /// At most this many parts (each costs a split key, and the index tables are filled from each
 /// part's elements in turn).
 const MAX_SHARDS: usize = 256;
@@ -291,17 +296,18 @@ fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
 }
 
 /// The key directory of a keyspace from its `runs` (each sorted by key, newest first), with
-/// what its survivors gathered: the records merged in shards of about `per_shard` records on
-/// up to `threads` threads, then built into one hashed map. Each key's first record in the
+/// what its survivors gathered: the records merged in parts of about `per_part` records on
+/// up to `threads` threads, then built into one hashed map (ordered later in shards of at
+/// most [`SHARD_RECORDS`], fewer if `per_part` is). Each key's first record in the
 /// merged order (its newest; between equal sequence numbers, the one from the earlier run) is
 /// decided by `rules`.
 pub(super) fn build(
     mut runs: Vec<Run>,
     rules: &Rules<'_>,
-    per_shard: usize,
+    per_part: usize,
     threads: usize,
 ) -> (KeyMap, Survivors) {
-    let jobs = split(&mut runs, per_shard);
+    let jobs = split(&mut runs, per_part);
     let hash_key = HashKey::new();
     let one = |pieces: Vec<&mut [(Key, Entry)]>| {
         let mut acc = Survivors::default();
@@ -328,7 +334,10 @@ pub(super) fn build(
     super::side_by_side(runs, threads, false, |(), run| drop(run));
     // Hashed, as a map that starts empty is (DESIGN.md §3.1, "Open builds hashed maps"), or
     // ordered when it holds more entries than a hashed map may.
-    (KeyMap::hashed_from(&hash_key, parts, per_shard), all)
+    (
+        KeyMap::hashed_from(&hash_key, parts, per_part.min(SHARD_RECORDS)),
+        all,
+    )
 }
 
 #[cfg(test)]
