@@ -384,6 +384,9 @@ fn bit(words: &[u64], i: usize) -> bool {
 /// Slots per page of a [`Pages`] (2 MiB: one huge page, [`Lines::page`]).
 const PAGE: usize = 32_768;
 
+/// Slots per slab page, for open's choice of part sizes (whole pages are taken as they are).
+pub const SLAB_PAGE: usize = PAGE;
+
 /// A slab's slots, in pages of [`PAGE`]: growing never moves a slot (but within a short first
 /// page, [`FIRST_PAGE`]). As one vector, the slab doubled by `realloc`, and going from 2^23 to
 /// 2^24 slots (512 MiB) held a write batch for about 23 ms (the slowest batch of the keeps-up
@@ -406,6 +409,10 @@ const _: () = assert!(
     std::mem::size_of::<(Key, Entry)>() == 64,
     "a slot fills its cache line exactly"
 );
+
+/// Words of held bits, and free-list entries, a trim lets a slab keep beyond what it needs
+/// before it cuts them (a page's slots when pages were 4,096).
+const TRIM_SLACK: usize = 4096;
 
 /// Slots of a slab's first page: it doubles up to [`PAGE`] while it is the only one, so that
 /// each of many small keyspaces does not hold a page of 4,096 slots (256 KiB; a review
@@ -545,18 +552,18 @@ impl Pages {
                             Lines::Heap(v)
                         }
                         old => {
-                            let mut lines = Lines::page();
-                            lines.fill(old.len(), old.into_iter().map(|l| l.0));
+                            let mut lines = take_spare_page();
+                            for (at, line) in lines.iter_mut().zip(old) {
+                                *at = line;
+                            }
                             lines
                         }
                     };
                     lines.fill(grown, std::iter::empty());
                     *only = lines;
                 }
-                pages => {
-                    let size = if pages.is_empty() { FIRST_PAGE } else { PAGE };
-                    self.pages.push(Lines::holes(size));
-                }
+                [] => self.pages.push(Lines::holes(FIRST_PAGE)),
+                _ => self.pages.push(take_spare_page()),
             }
         }
         let i = self.len;
@@ -959,11 +966,11 @@ impl Hashed {
         }
         let s = &mut self.slab;
         let len = s.slots.len();
-        if s.held.len() > len.div_ceil(64) + PAGE {
+        if s.held.len() > len.div_ceil(64) + TRIM_SLACK {
             s.held.truncate(len.div_ceil(64));
             s.held.shrink_to_fit();
         }
-        if s.free.len() > 2 * (len - s.live) + PAGE {
+        if s.free.len() > 2 * (len - s.live) + TRIM_SLACK {
             s.free.retain(|&h| (h as usize) < len);
             s.free.shrink_to_fit();
         }
@@ -1053,6 +1060,51 @@ pub struct PartPages {
     page: Lines,
 }
 
+/// Whole pages of holes made ahead, off every lock ([`stock_spare_page`]), for a map that grows
+/// by inserts to take under its keyspace's write lock ([`take_spare_page`]): making one there
+/// (a fresh 2 MiB mapping faulted in, which may compact memory to find a huge page, and 32,768
+/// holes written) held the lock writers wait for. At most [`SPARES`] are kept, for the whole
+/// process.
+static SPARE_PAGES: parking_lot::Mutex<Vec<Lines>> = parking_lot::Mutex::new(Vec::new());
+
+/// Spare pages kept at most.
+const SPARES: usize = 1;
+
+/// Spare pages in [`SPARE_PAGES`] (read without its lock by [`stock_spare_page`]).
+static SPARE_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Set once a map took a whole page by inserts: until then no spare is made, so a process
+/// whose maps stay under a page never holds one.
+static SPARES_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes a spare slab page if one is wanted and none is kept: called by writers before they
+/// take any lock (an atomic load when nothing is to be done).
+pub fn stock_spare_page() {
+    if SPARE_COUNT.load(Ordering::Relaxed) >= SPARES || !SPARES_WANTED.load(Ordering::Relaxed) {
+        return;
+    }
+    let page = Lines::holes(PAGE);
+    let mut spares = SPARE_PAGES.lock();
+    if spares.len() < SPARES {
+        spares.push(page);
+        SPARE_COUNT.store(spares.len(), Ordering::Relaxed);
+    }
+}
+
+/// A whole page of holes: a spare if one is kept, else made here.
+fn take_spare_page() -> Lines {
+    SPARES_WANTED.store(true, Ordering::Relaxed);
+    if SPARE_COUNT.load(Ordering::Relaxed) > 0 {
+        let mut spares = SPARE_PAGES.lock();
+        let page = spares.pop();
+        SPARE_COUNT.store(spares.len(), Ordering::Relaxed);
+        if let Some(page) = page {
+            return page;
+        }
+    }
+    Lines::holes(PAGE)
+}
+
 /// Entries a part's first page holds on the heap before it moves to a page of its own
 /// ([`Lines::page`]): a part of a few entries (a small keyspace's) then takes a few
 /// kilobytes, not a huge page of 2 MiB to fault in and clear.
@@ -1064,7 +1116,10 @@ impl PartPages {
         let len = self.page.len();
         if self.page.is_unallocated() && !self.pages.is_empty() {
             self.page = Lines::page();
-        } else if len == PART_ON_HEAP && matches!(self.page, Lines::Heap(_)) {
+        } else if len == PART_ON_HEAP
+            && self.pages.is_empty()
+            && matches!(self.page, Lines::Heap(_))
+        {
             let mut lines = Lines::page();
             lines.fill(len, std::mem::take(&mut self.page).into_iter().map(|l| l.0));
             self.page = lines;
@@ -2759,6 +2814,38 @@ mod tests {
         }
         for i in 0..PAGE + 1 {
             assert_eq!(map.get(&key(i)), Some(&Entry::at_seq(i as u64)));
+        }
+    }
+
+    /// Pages made ahead by writers (`stock_spare_page`) are taken by maps that grow, whole and
+    /// full of holes: three maps growing side by side past several pages, with a spare stocked
+    /// before every insert as the write path does, keep every entry, and no more than
+    /// `SPARES` pages are ever kept.
+    #[test]
+    fn maps_take_spare_pages_and_keep_every_entry() {
+        let mut maps: Vec<KeyMap> = (0..3).map(|_| KeyMap::default()).collect();
+        let key = |m: usize, i: usize| Key::from_slice(format!("{m}-{i:08}").as_bytes());
+        let n = 3 * PAGE + 5;
+        for i in 0..n {
+            stock_spare_page();
+            assert!(SPARE_COUNT.load(Ordering::Relaxed) <= SPARES);
+            for (m, map) in maps.iter_mut().enumerate() {
+                map.insert(key(m, i), Entry::at_seq(i as u64));
+            }
+        }
+        assert!(
+            SPARES_WANTED.load(Ordering::Relaxed),
+            "a map took a whole page"
+        );
+        for (m, map) in maps.iter().enumerate() {
+            assert_eq!(map.len(), n);
+            for i in (0..n).step_by(97).chain([n - 1]) {
+                assert_eq!(map.get(&key(m, i)), Some(&Entry::at_seq(i as u64)));
+            }
+            let Layout::Hashed(h) = &map.layout else {
+                unreachable!("hashed")
+            };
+            assert_eq!(h.slab.slots.room(), n.div_ceil(PAGE) * PAGE);
         }
     }
 

@@ -437,27 +437,30 @@ impl<T> MappedVec<T> {
             let start = raw as usize;
             let head = start.next_multiple_of(align) - start;
             let tail = span - head - bytes;
+            // Both computed while the whole span is mapped: `head + bytes <= span`.
+            let first = raw.cast::<u8>().wrapping_add(head);
+            let after = first.wrapping_add(bytes);
             // SAFETY: both ranges lie inside the mapping just made, at base-page boundaries
             // (`start`, `align`, `bytes` and `span` are multiples of a base page), and nothing
-            // points into them; the part kept, `bytes` from `start + head`, stays mapped.
+            // points into them; the part kept, `bytes` from `first`, stays mapped.
             unsafe {
                 if head > 0 {
                     libc::munmap(raw, head);
                 }
                 if tail > 0 {
-                    libc::munmap(raw.cast::<u8>().add(head + bytes).cast(), tail);
+                    libc::munmap(after.cast(), tail);
                 }
             }
-            // SAFETY: `head < span`, inside the mapping.
-            let first = unsafe { raw.cast::<u8>().add(head) };
             if let Some(pages) = huge_pages() {
                 if bytes.is_multiple_of(pages.huge) {
                     let at = first as usize;
                     advise(at, at + bytes, pages.base, libc::MADV_HUGEPAGE);
                 }
             }
+            // Not null: `mmap` succeeded.
+            let ptr = std::ptr::NonNull::new(first.cast::<T>())?;
             Some(Self {
-                ptr: std::ptr::NonNull::new(first.cast::<T>())?,
+                ptr,
                 len: 0,
                 cap,
                 bytes,
@@ -502,17 +505,25 @@ impl<T> std::ops::DerefMut for MappedVec<T> {
 
 impl<T> Drop for MappedVec<T> {
     fn drop(&mut self) {
+        /// Unmaps when dropped, so the mapping goes back also if a value's destructor panics.
+        struct Unmap(*mut u8, usize);
+        impl Drop for Unmap {
+            fn drop(&mut self) {
+                // SAFETY: the mapping of a `MappedVec` being dropped, whose values are
+                // dropped (or being unwound past) and which nothing points into any more.
+                // On a target without the mapping no `MappedVec` is ever made.
+                #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+                unsafe {
+                    libc::munmap(self.0.cast(), self.1);
+                }
+            }
+        }
+        let _unmap = Unmap(self.ptr.as_ptr().cast(), self.bytes);
         let held = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
         self.len = 0;
         // SAFETY: the first `len` slots hold values, dropped once here (`len` is zero first,
-        // so a panicking destructor leaks the rest rather than dropping them twice); then the
-        // mapping, which nothing points into any more, goes back. On a target without the
-        // mapping no `MappedVec` is ever made.
-        unsafe {
-            std::ptr::drop_in_place(held);
-            #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-            libc::munmap(self.ptr.as_ptr().cast(), self.bytes);
-        }
+        // and `drop_in_place` of a slice goes on to the other values if one panics).
+        unsafe { std::ptr::drop_in_place(held) };
     }
 }
 

@@ -17,11 +17,11 @@ use super::{merge_runs_with, FileIdHasher, FileLive, Run, LOADED_TOMBSTONE};
 use crate::compaction::policy;
 use crate::expiry::timers::{Filing, Timers};
 use crate::expiry::Timer;
-use crate::keydir::{Entry, Gathered, HashKey, Key, KeyMap, PartPages};
+use crate::keydir::{Entry, Gathered, HashKey, Key, KeyMap, PartPages, SLAB_PAGE};
 use crate::ttl::{self, TtlChange};
 
-/// Records per part a keyspace's records are cut into for open's merges, when it has at least
-/// two parts' worth: at 1 M keys, 61 parts, merged and laid out in slab pages on every core.
+/// Records per shard of an ordered map (at most; `Options::open_shard_records` may ask for
+/// fewer), and until "Huge slab pages" (DESIGN.md §3.1) per part of open's merges too.
 /// Chosen when each part built a B-tree of its own (open built ordered maps until 2026-12-07):
 /// smaller parts left less behind, each thread's merged vector and sort scratch being freed
 /// into its allocator arena between the tree nodes. Measured then at 1 M keys (RSS growth per
@@ -33,6 +33,9 @@ pub(crate) const SHARD_RECORDS: usize = 1 << 14;
 /// are copied into pages of the map's own; with parts of [`SHARD_RECORDS`] (under one page)
 /// that was every entry (DESIGN.md §3.1, "Huge slab pages").
 pub(crate) const PART_RECORDS: usize = 1 << 17;
+/// Parts per thread open's merges are cut into at least, where parts of a slab page or more
+/// allow it: a keyspace of 200 K records still merges on every core.
+const PARTS_PER_THREAD: usize = 4;
 /// At most this many parts (each costs a split key, and the index tables are filled from each
 /// part's elements in turn).
 const MAX_SHARDS: usize = 256;
@@ -307,6 +310,8 @@ pub(super) fn build(
     per_part: usize,
     threads: usize,
 ) -> (KeyMap, Survivors) {
+    let total: usize = runs.iter().map(Vec::len).sum();
+    let per_part = per_part.min((total / (PARTS_PER_THREAD * threads.max(1))).max(SLAB_PAGE));
     let jobs = split(&mut runs, per_part);
     let hash_key = HashKey::new();
     let one = |pieces: Vec<&mut [(Key, Entry)]>| {
