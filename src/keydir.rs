@@ -524,6 +524,9 @@ impl KeyspaceCore {
         let mut copy = PartPages::default();
         let mut after: Option<Key> = None;
         loop {
+            // Room for the chunk made before the lock: a page of 2 MiB faulted in under it
+            // would hold up the writers waiting behind the read lock.
+            copy.ready(HASH_COPY_KEYS);
             let next =
                 self.state
                     .read()

@@ -578,7 +578,10 @@ impl Pages {
         let v = std::mem::replace(&mut self[last], (Key::default(), HOLE));
         self.len = last;
         while self.pages.len() * PAGE >= self.len + 2 * PAGE {
-            self.pages.pop();
+            if let Some(page) = self.pages.pop() {
+                // All holes (every slot past the length is one): another map's next page.
+                offer_spare_page(page);
+            }
         }
         Some(v)
     }
@@ -663,6 +666,9 @@ impl Slab {
     /// many) in pages made from them directly, rather than made of holes and then written.
     fn filled(mut pages: Vec<Lines>, rest: impl Iterator<Item = (Key, Entry)>, n: usize) -> Self {
         let mut rest = rest.fuse();
+        if n >= PAGE {
+            SPARES_WANTED.store(true, Ordering::Relaxed);
+        }
         let more = n.div_ceil(PAGE) - pages.len();
         // Fewer entries than a page: one short page, as the map would have grown it.
         let size = if n < PAGE {
@@ -1058,6 +1064,8 @@ pub struct PartPages {
     pages: Vec<Lines>,
     /// The page being filled (fewer than [`PAGE`] entries).
     page: Lines,
+    /// The next page, made and faulted in ahead by [`PartPages::ready`].
+    next: Option<Lines>,
 }
 
 /// Whole pages of holes made ahead, off every lock ([`stock_spare_page`]), for a map that grows
@@ -1077,17 +1085,34 @@ static SPARE_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// whose maps stay under a page never holds one.
 static SPARES_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Set while a writer makes a spare page, so that writers arriving meanwhile do not each
+/// make one too.
+static SPARE_MAKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Makes a spare slab page if one is wanted and none is kept: called by writers before they
 /// take any lock (an atomic load when nothing is to be done).
 pub fn stock_spare_page() {
-    if SPARE_COUNT.load(Ordering::Relaxed) >= SPARES || !SPARES_WANTED.load(Ordering::Relaxed) {
+    if SPARE_COUNT.load(Ordering::Relaxed) >= SPARES
+        || !SPARES_WANTED.load(Ordering::Relaxed)
+        || SPARE_MAKING.swap(true, Ordering::Acquire)
+    {
         return;
     }
-    let page = Lines::holes(PAGE);
-    let mut spares = SPARE_PAGES.lock();
-    if spares.len() < SPARES {
-        spares.push(page);
-        SPARE_COUNT.store(spares.len(), Ordering::Relaxed);
+    offer_spare_page(Lines::holes(PAGE));
+    SPARE_MAKING.store(false, Ordering::Release);
+}
+
+/// Keeps `page` (a whole page of holes) as a spare if fewer than [`SPARES`] are kept; drops it
+/// otherwise. Called also under a keyspace's write lock, for a page a map let go.
+fn offer_spare_page(page: Lines) {
+    if page.len() != PAGE {
+        return;
+    }
+    if let Some(mut spares) = SPARE_PAGES.try_lock() {
+        if spares.len() < SPARES {
+            spares.push(page);
+            SPARE_COUNT.store(spares.len(), Ordering::Relaxed);
+        }
     }
 }
 
@@ -1111,16 +1136,42 @@ fn take_spare_page() -> Lines {
 const PART_ON_HEAP: usize = PAGE / 16;
 
 impl PartPages {
+    /// Makes room for the next `n` pushes ahead, faulted in, so that pushing them under a lock
+    /// others wait for (the copy of a map being hashed again, under its read lock) never
+    /// faults in a page of 2 MiB there (DESIGN.md §3.1, "Huge slab pages").
+    pub fn ready(&mut self, n: usize) {
+        let len = self.page.len();
+        let needs_page = if self.page.is_unallocated() {
+            !self.pages.is_empty() || n > PART_ON_HEAP
+        } else if matches!(self.page, Lines::Heap(_)) && self.pages.is_empty() {
+            len + n > PART_ON_HEAP
+        } else {
+            len + n >= PAGE
+        };
+        if needs_page && self.next.is_none() {
+            let mut page = Lines::page();
+            if let Lines::Mapped(v) = &mut page {
+                v.prefault();
+            }
+            self.next = Some(page);
+        }
+    }
+
+    /// A new empty page: the one made ahead, if any.
+    fn new_page(&mut self) -> Lines {
+        self.next.take().unwrap_or_else(Lines::page)
+    }
+
     /// Appends `v`.
     pub fn push(&mut self, v: (Key, Entry)) {
         let len = self.page.len();
         if self.page.is_unallocated() && !self.pages.is_empty() {
-            self.page = Lines::page();
+            self.page = self.new_page();
         } else if len == PART_ON_HEAP
             && self.pages.is_empty()
             && matches!(self.page, Lines::Heap(_))
         {
-            let mut lines = Lines::page();
+            let mut lines = self.new_page();
             lines.fill(len, std::mem::take(&mut self.page).into_iter().map(|l| l.0));
             self.page = lines;
         }
@@ -3155,7 +3206,11 @@ mod tests {
                 assert!(map.relocate(k, e.seq, (e.file, e.offset), (9, 99)));
                 (e.file, e.offset) = (9, 99);
             }
-            while let Some(last) = map.copy_ordered(after.as_ref(), 1000, &mut copy) {
+            // The room for each chunk made ahead, as the hashing does before each read lock.
+            while let Some(last) = {
+                copy.ready(1000);
+                map.copy_ordered(after.as_ref(), 1000, &mut copy)
+            } {
                 assert!(
                     after.as_ref().is_none_or(|a| *a < last),
                     "the copy moves on"

@@ -473,6 +473,33 @@ impl<T> MappedVec<T> {
         }
     }
 
+    /// Faults in the whole mapping now, for a vector that will be written under a lock others
+    /// wait for (DESIGN.md §3.1, "Huge slab pages"): `MADV_POPULATE_WRITE`, or where the
+    /// kernel refuses it, a byte written in each base page of the room not yet used. Nothing
+    /// for a vector holding values already (only an empty one is all room).
+    pub fn prefault(&mut self) {
+        if self.len > 0 {
+            return;
+        }
+        #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+        {
+            let at = self.ptr.as_ptr() as usize;
+            // SAFETY: `sysconf` takes an integer and reads no memory of the program's.
+            let Ok(base) = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }) else {
+                return;
+            };
+            if base == 0 || advise(at, at + self.bytes, base, libc::MADV_POPULATE_WRITE) {
+                return;
+            }
+            let first = self.ptr.as_ptr().cast::<u8>();
+            for off in (0..self.bytes).step_by(base) {
+                // SAFETY: inside the mapping this owns, which holds no value (`len` is 0):
+                // a byte written there is room no value occupies yet.
+                unsafe { first.add(off).write_volatile(0) };
+            }
+        }
+    }
+
     /// Appends `v`.
     ///
     /// # Panics
@@ -506,6 +533,10 @@ impl<T> std::ops::DerefMut for MappedVec<T> {
 impl<T> Drop for MappedVec<T> {
     fn drop(&mut self) {
         /// Unmaps when dropped, so the mapping goes back also if a value's destructor panics.
+        #[cfg_attr(
+            not(all(target_os = "linux", target_pointer_width = "64")),
+            allow(dead_code)
+        )]
         struct Unmap(*mut u8, usize);
         impl Drop for Unmap {
             fn drop(&mut self) {

@@ -33,8 +33,9 @@ pub(crate) const SHARD_RECORDS: usize = 1 << 14;
 /// are copied into pages of the map's own; with parts of [`SHARD_RECORDS`] (under one page)
 /// that was every entry (DESIGN.md §3.1, "Huge slab pages").
 pub(crate) const PART_RECORDS: usize = 1 << 17;
-/// Parts per thread open's merges are cut into at least, where parts of a slab page or more
-/// allow it: a keyspace of 200 K records still merges on every core.
+/// Parts per thread open's merges are cut into at least, where parts of two slab pages or more
+/// allow it (parts vary in size and lose overwritten records, so one page would often leave
+/// none whole): a keyspace of 300 K records still merges on every core.
 const PARTS_PER_THREAD: usize = 4;
 /// At most this many parts (each costs a split key, and the index tables are filled from each
 /// part's elements in turn).
@@ -311,7 +312,7 @@ pub(super) fn build(
     threads: usize,
 ) -> (KeyMap, Survivors) {
     let total: usize = runs.iter().map(Vec::len).sum();
-    let per_part = per_part.min((total / (PARTS_PER_THREAD * threads.max(1))).max(SLAB_PAGE));
+    let per_part = per_part.min((total / (PARTS_PER_THREAD * threads.max(1))).max(2 * SLAB_PAGE));
     let jobs = split(&mut runs, per_part);
     let hash_key = HashKey::new();
     let one = |pieces: Vec<&mut [(Key, Entry)]>| {
