@@ -443,12 +443,18 @@ impl Lines {
 
     /// `size` empty slots: a whole page from [`Lines::page`], fewer on the heap.
     fn holes(size: usize) -> Self {
+        Self::filled(size, std::iter::empty())
+    }
+
+    /// `size` slots: the values of `from`, then holes; a whole page from [`Lines::page`],
+    /// fewer on the heap.
+    fn filled(size: usize, from: impl Iterator<Item = (Key, Entry)>) -> Self {
         let mut lines = if size == PAGE {
             Self::page()
         } else {
             Self::Heap(Vec::with_capacity(size))
         };
-        lines.fill(size, std::iter::empty());
+        lines.fill(size, from);
         lines
     }
 
@@ -676,15 +682,7 @@ impl Slab {
         } else {
             PAGE
         };
-        pages.extend((0..more).map(|_| {
-            let mut lines = if size == PAGE {
-                Lines::page()
-            } else {
-                Lines::Heap(Vec::with_capacity(size))
-            };
-            lines.fill(size, rest.by_ref().take(size));
-            lines
-        }));
+        pages.extend((0..more).map(|_| Lines::filled(size, rest.by_ref().take(size))));
         debug_assert!(rest.next().is_none());
         let mut held = vec![u64::MAX; n / 64];
         if !n.is_multiple_of(64) {

@@ -194,8 +194,7 @@ fn huge_pages() -> Option<HugePages> {
             if !mode.contains("[madvise]") {
                 return None;
             }
-            // SAFETY: `sysconf` takes an integer and reads no memory of the program's.
-            let base = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+            let base = base_page()?;
             let fits = |n: usize| n.is_power_of_two() && n >= 4096;
             if !(fits(huge) && fits(base) && base < huge && huge <= OWN_MAPPING / 4) {
                 return None;
@@ -220,6 +219,17 @@ fn huge_pages() -> Option<HugePages> {
     }
     #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
     None
+}
+
+/// The size of a base page, a power of two (`sysconf`, read once).
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn base_page() -> Option<usize> {
+    static BASE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        // SAFETY: `sysconf` takes an integer and reads no memory of the program's.
+        let base = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        base.is_power_of_two().then_some(base)
+    })
 }
 
 /// `advice` for the base pages from `from` to `to` (rounded out to whole base pages),
@@ -406,11 +416,9 @@ impl<T> MappedVec<T> {
     pub fn with_capacity(cap: usize) -> Option<Self> {
         #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
         {
-            // SAFETY: `sysconf` takes an integer and reads no memory of the program's.
-            let base = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+            let base = base_page()?;
             let size = std::mem::size_of::<T>();
-            if size == 0 || cap == 0 || !base.is_power_of_two() || std::mem::align_of::<T>() > base
-            {
+            if size == 0 || cap == 0 || std::mem::align_of::<T>() > base {
                 return None;
             }
             let bytes = cap.checked_mul(size)?.checked_next_multiple_of(base)?;
@@ -484,11 +492,10 @@ impl<T> MappedVec<T> {
         #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
         {
             let at = self.ptr.as_ptr() as usize;
-            // SAFETY: `sysconf` takes an integer and reads no memory of the program's.
-            let Ok(base) = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }) else {
+            let Some(base) = base_page() else {
                 return;
             };
-            if base == 0 || advise(at, at + self.bytes, base, libc::MADV_POPULATE_WRITE) {
+            if advise(at, at + self.bytes, base, libc::MADV_POPULATE_WRITE) {
                 return;
             }
             let first = self.ptr.as_ptr().cast::<u8>();
