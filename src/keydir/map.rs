@@ -420,7 +420,7 @@ const TRIM_SLACK: usize = 4096;
 const FIRST_PAGE: usize = 16;
 
 /// A page's slots: a whole page in a mapping of its own, 2 MiB aligned and advised to huge
-/// pages ([`MappedVec`]; DESIGN.md §3.1, "Huge slab pages"), where the system has one; a
+/// pages where they are asked for ([`MappedVec`]; DESIGN.md §3.1, "Huge slab pages"); a
 /// short first page, or a whole one elsewhere, on the heap.
 #[derive(Debug)]
 enum Lines {

@@ -169,13 +169,25 @@ struct HugePages {
     populate: bool,
 }
 
-/// Read once: the huge pages a program gets by asking (`MADV_HUGEPAGE`), if the setting for
+/// Set once a store opens with `Options::huge_pages(true)`, and never cleared: whether this
+/// process asks for huge pages at all (DESIGN.md §3.1, "Huge pages only when asked").
+static HUGE_PAGES_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets this process ask for huge pages from now on (`Options::huge_pages`).
+pub fn ask_for_huge_pages() {
+    HUGE_PAGES_ASKED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Read once, if huge pages are asked for ([`ask_for_huge_pages`]; `None` before): the huge pages a program gets by asking (`MADV_HUGEPAGE`), if the setting for
 /// the PMD-sized pages is `madvise` (the per-size setting of Linux 6.8 on, unless it defers to
 /// the global one, else the global one), the huge page is at most a quarter of
 /// [`OWN_MAPPING`] (64 KiB base pages on arm64 make it 512 MiB), and this is 64-bit Linux.
 /// `None` otherwise, `always` included: there the pages are huge without asking, and asking
 /// would only make a fault in the range compact memory to find one.
 fn huge_pages() -> Option<HugePages> {
+    if !HUGE_PAGES_ASKED.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     {
         static PAGES: std::sync::OnceLock<Option<HugePages>> = std::sync::OnceLock::new();
@@ -685,6 +697,8 @@ mod tests {
     /// grows past its room afterwards as any other.
     #[test]
     fn a_temporary_gets_its_room_and_keeps_its_values() {
+        // The asked-for path (`Options::huge_pages`); it changes no other test's result.
+        super::ask_for_huge_pages();
         let huge = super::huge_pages().is_some_and(|p| p.populate);
         let mut small: Vec<u64> = vec![1, 2, 3];
         reserve_temporary(&mut small, 100, Filled::Freely);

@@ -1,0 +1,99 @@
+//! `Options::huge_pages`: off by default, the key directory's memory is never advised to huge
+//! pages; once a store opens with it, its slab pages and large temporaries are (where the
+//! system's setting is `madvise`), and every read still returns what was written. One test,
+//! because the setting is the process's and a test binary is one process.
+
+use ebbdb::{DefaultTtl, Options, Store, SyncPolicy, WriteBatch};
+
+/// Mappings of this process advised to huge pages (`hg` in their `VmFlags`).
+#[cfg(target_os = "linux")]
+fn advised_mappings() -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    smaps
+        .lines()
+        .filter(|l| l.starts_with("VmFlags:"))
+        .filter(|l| l.split_whitespace().any(|f| f == "hg"))
+        .count()
+}
+
+/// Whether asking gets huge pages here: 64-bit Linux with the setting `madvise`.
+#[cfg(target_os = "linux")]
+fn asking_counts() -> bool {
+    cfg!(target_pointer_width = "64")
+        && std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|m| m.contains("[madvise]"))
+}
+
+fn key(i: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
+    k[8..].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+/// Fills a store with `n` keys (more than two slab pages), walks it in key order (an
+/// ordering's copy), reopens it (open's temporaries) and checks every value both times;
+/// `while_open` runs after each check, the store still open.
+fn fill_walk_reopen(opts: impl Fn() -> Options, n: u64, while_open: impl Fn()) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let check = |ks: &ebbdb::Keyspace| {
+        for i in (0..n).step_by(97) {
+            assert_eq!(
+                ks.get(key(i)).expect("get").as_deref(),
+                Some(&i.to_le_bytes()[..])
+            );
+        }
+        let mut seen = 0u64;
+        let mut last: Option<Vec<u8>> = None;
+        for item in ks.iter() {
+            let (k, v) = item.expect("walk");
+            assert!(last.as_deref() < Some(&k[..]), "key order");
+            let i = u64::from_be_bytes(k[8..].try_into().expect("16-byte key"));
+            assert_eq!(v, i.to_le_bytes());
+            last = Some(k.to_vec());
+            seen += 1;
+        }
+        assert_eq!(seen, n);
+    };
+    {
+        let store = Store::open_with(dir.path(), opts()).expect("open");
+        let ks = store
+            .keyspace_or_create("k", DefaultTtl::NeverExpire)
+            .expect("keyspace");
+        for start in (0..n).step_by(1000) {
+            let mut b = WriteBatch::new();
+            for i in start..(start + 1000).min(n) {
+                b.put(&ks, key(i), i.to_le_bytes());
+            }
+            store.write_batch(b).expect("write");
+        }
+        check(&ks);
+        while_open();
+    }
+    let store = Store::open_with(dir.path(), opts()).expect("open");
+    check(&store.keyspace("k").expect("keyspace after reopen"));
+    while_open();
+}
+
+#[test]
+fn huge_pages_only_when_asked() {
+    let opts = || Options::default().sync(SyncPolicy::Never);
+    let n = 100_000;
+    fill_walk_reopen(opts, n, || {
+        #[cfg(target_os = "linux")]
+        assert_eq!(advised_mappings(), 0, "nothing advised without the option");
+    });
+    fill_walk_reopen(
+        || opts().huge_pages(true),
+        n,
+        || {
+            #[cfg(target_os = "linux")]
+            if asking_counts() {
+                assert!(
+                    advised_mappings() > 0,
+                    "a store open with huge_pages(true) holds slab pages advised to huge pages"
+                );
+            }
+        },
+    );
+}
