@@ -68,7 +68,8 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use expiry::ExpiryEvent;
 pub use options::{
-    Options, RecoveryMode, SyncPolicy, MAX_KEY_SIZE, MAX_SEGMENT_SIZE, MAX_VALUE_SIZE,
+    set_huge_pages, HugePages, Options, RecoveryMode, SyncPolicy, HUGE_PAGES_FROM_BYTES,
+    MAX_KEY_SIZE, MAX_SEGMENT_SIZE, MAX_VALUE_SIZE,
 };
 pub use stats::{CompactionReport, SegmentStats, Stats};
 pub use ttl::{DefaultTtl, Ttl};

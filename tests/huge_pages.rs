@@ -1,9 +1,10 @@
-//! `Options::huge_pages`: off by default, the key directory's memory is never advised to huge
-//! pages; once a store opens with it, its slab pages and large temporaries are (where the
-//! system's setting is `madvise`), and every read still returns what was written. One test,
-//! because the setting is the process's and a test binary is one process.
+//! `set_huge_pages`: by default (`HugePages::LargeMaps`) the key directory of a store of
+//! 100,000 keys (a few slab pages) is not advised to huge pages, nor with `Off`; with `All`
+//! its slab pages and large temporaries are (where the system's setting is `madvise`), and
+//! every read still returns what was written. One test, because the setting is the
+//! process's and a test binary is one process.
 
-use ebbdb::{DefaultTtl, Options, Store, SyncPolicy, WriteBatch};
+use ebbdb::{set_huge_pages, DefaultTtl, HugePages, Options, Store, SyncPolicy, WriteBatch};
 
 /// Mappings of this process advised to huge pages (`hg` in their `VmFlags`).
 #[cfg(target_os = "linux")]
@@ -76,24 +77,25 @@ fn fill_walk_reopen(opts: impl Fn() -> Options, n: u64, while_open: impl Fn()) {
 }
 
 #[test]
-fn huge_pages_only_when_asked() {
+fn huge_pages_only_where_asked() {
     let opts = || Options::default().sync(SyncPolicy::Never);
     let n = 100_000;
+    let none_advised = || {
+        #[cfg(target_os = "linux")]
+        assert_eq!(advised_mappings(), 0, "nothing advised");
+    };
+    set_huge_pages(HugePages::Off);
+    fill_walk_reopen(opts, n, none_advised);
+    set_huge_pages(HugePages::default());
+    fill_walk_reopen(opts, n, none_advised);
+    set_huge_pages(HugePages::All);
     fill_walk_reopen(opts, n, || {
         #[cfg(target_os = "linux")]
-        assert_eq!(advised_mappings(), 0, "nothing advised without the option");
+        if asking_counts() {
+            assert!(
+                advised_mappings() > 0,
+                "with HugePages::All the slab pages are advised to huge pages"
+            );
+        }
     });
-    fill_walk_reopen(
-        || opts().huge_pages(true),
-        n,
-        || {
-            #[cfg(target_os = "linux")]
-            if asking_counts() {
-                assert!(
-                    advised_mappings() > 0,
-                    "a store open with huge_pages(true) holds slab pages advised to huge pages"
-                );
-            }
-        },
-    );
 }

@@ -347,9 +347,6 @@ impl Store {
     /// # Errors
     /// As [`Store::open`].
     pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Self> {
-        if opts.huge_pages {
-            crate::log::mmap::ask_for_huge_pages();
-        }
         let inner = Arc::new(recovery::open(dir.as_ref(), opts)?);
         let handle = worker::spawn(Arc::clone(&inner))?;
         *inner.worker.lock() = Some(handle);

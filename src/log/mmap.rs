@@ -20,6 +20,7 @@
 
 use std::fs::File;
 use std::io;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use memmap2::Mmap;
 
@@ -169,25 +170,37 @@ struct HugePages {
     populate: bool,
 }
 
-/// Set once a store opens with `Options::huge_pages(true)`, and never cleared: whether this
-/// process asks for huge pages at all (DESIGN.md §3.1, "Huge pages only when asked").
-static HUGE_PAGES_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Where this process asks for huge pages (`crate::set_huge_pages`), a `HugePages` as its
+/// discriminant (DESIGN.md §3.1, "Huge pages for large maps only").
+static HUGE_POLICY: AtomicU8 = AtomicU8::new(crate::HugePages::LargeMaps as u8);
 
-/// Lets this process ask for huge pages from now on (`Options::huge_pages`).
-pub fn ask_for_huge_pages() {
-    HUGE_PAGES_ASKED.store(true, std::sync::atomic::Ordering::Relaxed);
+/// Bytes of every [`MappedVec`] alive in the process: its slab pages.
+static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets where this process asks for huge pages from now on.
+pub fn set_huge_pages(policy: crate::HugePages) {
+    HUGE_POLICY.store(policy as u8, Ordering::Relaxed);
 }
 
-/// Read once, if huge pages are asked for ([`ask_for_huge_pages`]; `None` before): the huge pages a program gets by asking (`MADV_HUGEPAGE`), if the setting for
+/// Whether this process asks for huge pages for its large temporaries.
+fn temporaries_ask() -> bool {
+    HUGE_POLICY.load(Ordering::Relaxed) == crate::HugePages::All as u8
+}
+
+/// Whether a new slab page asks for huge pages under `policy`, with `mapped` bytes of slab
+/// pages alive already.
+fn slab_page_asks(policy: u8, mapped: usize) -> bool {
+    policy == crate::HugePages::All as u8
+        || (policy == crate::HugePages::LargeMaps as u8 && mapped >= crate::HUGE_PAGES_FROM_BYTES)
+}
+
+/// Read once: the huge pages a program gets by asking (`MADV_HUGEPAGE`), if the setting for
 /// the PMD-sized pages is `madvise` (the per-size setting of Linux 6.8 on, unless it defers to
 /// the global one, else the global one), the huge page is at most a quarter of
 /// [`OWN_MAPPING`] (64 KiB base pages on arm64 make it 512 MiB), and this is 64-bit Linux.
 /// `None` otherwise, `always` included: there the pages are huge without asking, and asking
 /// would only make a fault in the range compact memory to find one.
 fn huge_pages() -> Option<HugePages> {
-    if !HUGE_PAGES_ASKED.load(std::sync::atomic::Ordering::Relaxed) {
-        return None;
-    }
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     {
         static PAGES: std::sync::OnceLock<Option<HugePages>> = std::sync::OnceLock::new();
@@ -283,7 +296,8 @@ pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize, filled: Filled) {
     let size = std::mem::size_of::<T>();
     let want = v.len().saturating_add(additional);
     let Some(pages) = huge_pages().filter(|p| {
-        size > 0
+        temporaries_ask()
+            && size > 0
             && want.saturating_mul(size) >= LARGE_TEMPORARY
             && (p.populate || filled == Filled::Freely)
     }) else {
@@ -317,9 +331,12 @@ pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize, filled: Filled) {
 pub fn prefault_temporary<T>(v: &Vec<T>, count: usize) -> bool {
     let size = std::mem::size_of::<T>();
     let room = v.capacity().saturating_sub(v.len());
-    let Some(pages) = huge_pages()
-        .filter(|p| p.populate && size > 0 && v.capacity().saturating_mul(size) >= OWN_MAPPING)
-    else {
+    let Some(pages) = huge_pages().filter(|p| {
+        temporaries_ask()
+            && p.populate
+            && size > 0
+            && v.capacity().saturating_mul(size) >= OWN_MAPPING
+    }) else {
         return true;
     };
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
@@ -471,8 +488,11 @@ impl<T> MappedVec<T> {
                     libc::munmap(after.cast(), tail);
                 }
             }
+            let before = MAPPED_BYTES.fetch_add(bytes, Ordering::Relaxed);
             if let Some(pages) = huge_pages() {
-                if bytes.is_multiple_of(pages.huge) {
+                if bytes.is_multiple_of(pages.huge)
+                    && slab_page_asks(HUGE_POLICY.load(Ordering::Relaxed), before)
+                {
                     let at = first as usize;
                     advise(at, at + bytes, pages.base, libc::MADV_HUGEPAGE);
                 }
@@ -568,6 +588,7 @@ impl<T> Drop for MappedVec<T> {
                 }
             }
         }
+        MAPPED_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
         let _unmap = Unmap(self.ptr.as_ptr().cast(), self.bytes);
         let held = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
         self.len = 0;
@@ -697,8 +718,8 @@ mod tests {
     /// grows past its room afterwards as any other.
     #[test]
     fn a_temporary_gets_its_room_and_keeps_its_values() {
-        // The asked-for path (`Options::huge_pages`); it changes no other test's result.
-        super::ask_for_huge_pages();
+        // The asked-for path (`HugePages::All`); it changes no other test's result.
+        super::set_huge_pages(crate::HugePages::All);
         let huge = super::huge_pages().is_some_and(|p| p.populate);
         let mut small: Vec<u64> = vec![1, 2, 3];
         reserve_temporary(&mut small, 100, Filled::Freely);
@@ -732,6 +753,22 @@ mod tests {
         reserve_temporary(&mut nothing, usize::MAX - 5, Filled::Freely);
         assert!(prefault_temporary(&nothing, 10));
         assert_eq!(nothing.len(), 5);
+    }
+
+    /// A slab page asks for huge pages always with `All`, never with `Off`, and with
+    /// `LargeMaps` once the pages alive reach the threshold.
+    #[test]
+    fn slab_pages_ask_by_policy_and_size() {
+        use super::slab_page_asks;
+        use crate::HugePages;
+        let from = crate::HUGE_PAGES_FROM_BYTES;
+        let [off, large, all] =
+            [HugePages::Off, HugePages::LargeMaps, HugePages::All].map(|p| p as u8);
+        for mapped in [0, 2 << 20, from - 1, from, from * 4] {
+            assert!(slab_page_asks(all, mapped));
+            assert!(!slab_page_asks(off, mapped));
+            assert_eq!(slab_page_asks(large, mapped), mapped >= from, "{mapped}");
+        }
     }
 
     /// A hint at any address, unmapped, null or the last one, neither faults nor panics.
