@@ -11,7 +11,7 @@
 //! is comparable) gives the cost of expiry to the foreground.
 //!
 //! Run: `cargo bench --bench keeps_up` (EBBDB_KEEPS_UP_SECS=60, EBBDB_KEEPS_UP_TTL=10,
-//! EBBDB_KEEPS_UP_ONLY=ttl|nottl for one of the two runs, EBBDB_KEEPS_UP_MALLINFO=1 for glibc's heap figures at each verbose sample, EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL, EBBDB_KEEPS_UP_MIXED_MAX=N to make the longest TTL N s).
+//! EBBDB_KEEPS_UP_ONLY=ttl|nottl for one of the two runs, EBBDB_KEEPS_UP_MALLINFO=1 for glibc's heap figures at each verbose sample, EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL, EBBDB_KEEPS_UP_MIXED_MAX=N to make the longest TTL N s, EBBDB_KEEPS_UP_HUGE=off|all for `ebbdb::set_huge_pages`).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -92,6 +92,8 @@ struct Outcome {
     p99_batch: Duration,
     rss_anon: u64,
     stale: u64,
+    /// Keys written less than TTL - 1 s ago that a read did not find.
+    missing: u64,
     live_keys: u64,
     /// Most live keys seen at a sample.
     peak_live: u64,
@@ -122,6 +124,7 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
     let mut samples: Vec<(u64, u64, u64)> = Vec::new();
     let mut peak_live = 0u64;
     let mut stale = 0u64;
+    let mut missing = 0u64;
     // Key i was written at second written_at[i / 100].
     let mut written_at: Vec<u64> = Vec::new();
     let mut deleted = 0u64;
@@ -218,12 +221,33 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
                 }
             }
             if with_ttl && !mixed {
-                // Spot-check exactness: a key written more than TTL + 1 s ago must be gone.
+                // Spot-check exactness: a key written more than TTL + 1 s ago must be gone,
+                // and one written less than TTL - 1 s ago must be found.
                 let now = now_s();
                 for _ in 0..20 {
                     let i = rng.next() % written;
-                    if written_at[(i / 100) as usize] + ttl + 1 < now && ks.get(key(i))?.is_some() {
+                    let at = written_at[(i / 100) as usize];
+                    if at + ttl + 1 < now && ks.get(key(i))?.is_some() {
                         stale += 1;
+                    }
+                    if at + ttl > now + 1 && ks.get(key(i))?.is_none() {
+                        missing += 1;
+                        let again = ks.get(key(i))?.is_some();
+                        println!(
+                            "    MISSING live key {i} written at {at}, now {now}, found on a second read: {again}"
+                        );
+                    }
+                }
+                // The newest keys, which a merge or a drop may be racing.
+                for back in 1..=20u64.min(written) {
+                    let i = written - back * 37 % written.max(1);
+                    let at = written_at[(i / 100) as usize];
+                    if at + ttl > now + 1 && ks.get(key(i))?.is_none() {
+                        missing += 1;
+                        let again = ks.get(key(i))?.is_some();
+                        println!(
+                            "    MISSING new key {i} written at {at}, now {now}, found on a second read: {again}"
+                        );
                     }
                 }
             }
@@ -260,6 +284,7 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
         p99_batch: p99,
         rss_anon: status_bytes("RssAnon:"),
         stale,
+        missing,
         live_keys,
         peak_live,
         paced: store.stats().paced,
@@ -292,6 +317,12 @@ fn main() -> ebbdb::Result<()> {
     if std::env::args().any(|a| a == "--list") {
         return Ok(());
     }
+    // EBBDB_KEEPS_UP_HUGE=off|all sets ebbdb::set_huge_pages (LargeMaps otherwise).
+    match std::env::var("EBBDB_KEEPS_UP_HUGE").as_deref() {
+        Ok("off") => ebbdb::set_huge_pages(ebbdb::HugePages::Off),
+        Ok("all") => ebbdb::set_huge_pages(ebbdb::HugePages::All),
+        _ => {}
+    }
     let secs = env("EBBDB_KEEPS_UP_SECS", 60);
     let ttl = env("EBBDB_KEEPS_UP_TTL", 10);
     let mixed = env("EBBDB_KEEPS_UP_MIXED", 0) == 1;
@@ -310,7 +341,7 @@ fn main() -> ebbdb::Result<()> {
     };
     for (name, o) in [("with TTL", &with), ("without TTL", &without)] {
         println!(
-            "{name:>12}: {:>8.0} writes/s, disk/live 2nd half max {:.2} end {:.2}, batch p99 {:?} max {:?}, RssAnon {:.0} MiB ({:.0} B per peak live key, {}), live keys {}, stale {}, paced {:.1} s",
+            "{name:>12}: {:>8.0} writes/s, disk/live 2nd half max {:.2} end {:.2}, batch p99 {:?} max {:?}, RssAnon {:.0} MiB ({:.0} B per peak live key, {}), live keys {}, stale {}, live keys missing {}, paced {:.1} s",
             o.writes_per_s,
             o.max_amp,
             o.end_amp,
@@ -321,6 +352,7 @@ fn main() -> ebbdb::Result<()> {
             o.peak_live,
             o.live_keys,
             o.stale,
+            o.missing,
             o.paced.as_secs_f64()
         );
     }
@@ -328,5 +360,9 @@ fn main() -> ebbdb::Result<()> {
         "TTL write rate / no-TTL write rate: {:.2}",
         with.writes_per_s / without.writes_per_s.max(1.0)
     );
+    if with.stale + with.missing + without.stale + without.missing > 0 {
+        eprintln!("keeps up: a read returned an expired key or missed a live one");
+        std::process::exit(1);
+    }
     Ok(())
 }

@@ -433,12 +433,12 @@ impl KeyspaceCore {
         // copy afterwards: chunks of their own, moved into one vector at the end, were a second
         // copy of every entry (64 MB at 1 M keys).
         let mut all: Vec<(Key, Entry)> = Vec::new();
-        crate::log::mmap::reserve_temporary(
+        // Prefaulted only if made huge: the policy is read once, here.
+        let mut prefault = crate::log::mmap::reserve_temporary(
             &mut all,
             len + ORDER_COPY_SLOTS,
             crate::log::mmap::Filled::UnderLock,
         );
-        let mut prefault = true;
         let mut at = 0;
         loop {
             all.reserve(ORDER_COPY_SLOTS);

@@ -1,28 +1,51 @@
 //! `set_huge_pages`: by default (`HugePages::LargeMaps`) the key directory of a store of
-//! 100,000 keys (a few slab pages) is not advised to huge pages, nor with `Off`; with `All`
-//! its slab pages and large temporaries are (where the system's setting is `madvise`), and
-//! every read still returns what was written. One test, because the setting is the
+//! 100,000 keys (a few slab pages, far below the threshold) is not advised to huge pages, nor
+//! with `Off`; with `All` its slab pages are (where the system's setting is `madvise`), and
+//! every read still returns what was written. (The threshold rule has a unit test in
+//! `log::mmap`; a store past it would take two million keys.) One test, because the setting is the
 //! process's and a test binary is one process.
 
 use ebbdb::{set_huge_pages, DefaultTtl, HugePages, Options, Store, SyncPolicy, WriteBatch};
 
-/// Mappings of this process advised to huge pages (`hg` in their `VmFlags`).
+/// Mappings of this process of one slab page's size (2 MiB) advised to huge pages (`hg` in
+/// their `VmFlags`).
 #[cfg(target_os = "linux")]
 fn advised_mappings() -> usize {
     let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
-    smaps
-        .lines()
-        .filter(|l| l.starts_with("VmFlags:"))
-        .filter(|l| l.split_whitespace().any(|f| f == "hg"))
-        .count()
+    let mut size = 0u64;
+    let mut count = 0;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or_default();
+        if let Some((from, to)) = first.split_once('-') {
+            if let (Ok(from), Ok(to)) = (u64::from_str_radix(from, 16), u64::from_str_radix(to, 16))
+            {
+                size = to - from;
+            }
+        } else if first == "VmFlags:" && size == 2 << 20 && words.any(|f| f == "hg") {
+            count += 1;
+        }
+    }
+    count
 }
 
-/// Whether asking gets huge pages here: 64-bit Linux with the setting `madvise`.
+/// Whether asking gets huge pages here, as the library reads it: 64-bit Linux, huge pages of
+/// 2 MiB, and the setting `madvise` (the 2 MiB size's own, unless it defers to the global one).
 #[cfg(target_os = "linux")]
 fn asking_counts() -> bool {
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{file}"))
+            .unwrap_or_default()
+    };
+    let own = read("hugepages-2048kB/enabled");
+    let mode = if own.is_empty() || own.contains("[inherit]") {
+        read("enabled")
+    } else {
+        own
+    };
     cfg!(target_pointer_width = "64")
-        && std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .is_ok_and(|m| m.contains("[madvise]"))
+        && read("hpage_pmd_size").trim() == "2097152"
+        && mode.contains("[madvise]")
 }
 
 fn key(i: u64) -> [u8; 16] {

@@ -6,7 +6,7 @@
 //! ([`release_free_memory`]), and advising how large temporaries are backed (huge pages and
 //! prefaulting: [`reserve_temporary`], [`prefault_temporary`]), which changes no byte, and
 //! [`MappedVec`], a vector of fixed capacity in an anonymous mapping of its own (the key
-//! directory's slab pages, on huge pages).
+//! directory's slab pages, on huge pages where the process's policy asks: `set_huge_pages`).
 //!
 //! Soundness argument (also in DESIGN.md, "mmap"): a mapping is undefined behaviour in Rust only
 //! if the bytes change while a `&[u8]` over them is alive. We map a file only once it is
@@ -161,7 +161,7 @@ const OWN_MAPPING: usize = 32 << 20;
 
 /// This system's transparent huge pages as [`reserve_temporary`] may ask for them.
 #[derive(Clone, Copy)]
-struct HugePages {
+struct ThpSystem {
     /// A huge page's bytes.
     huge: usize,
     /// A base page's bytes.
@@ -200,10 +200,10 @@ fn slab_page_asks(policy: u8, mapped: usize) -> bool {
 /// [`OWN_MAPPING`] (64 KiB base pages on arm64 make it 512 MiB), and this is 64-bit Linux.
 /// `None` otherwise, `always` included: there the pages are huge without asking, and asking
 /// would only make a fault in the range compact memory to find one.
-fn huge_pages() -> Option<HugePages> {
+fn huge_pages() -> Option<ThpSystem> {
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     {
-        static PAGES: std::sync::OnceLock<Option<HugePages>> = std::sync::OnceLock::new();
+        static PAGES: std::sync::OnceLock<Option<ThpSystem>> = std::sync::OnceLock::new();
         *PAGES.get_or_init(|| {
             let sys = "/sys/kernel/mm/transparent_hugepage";
             let huge: usize = std::fs::read_to_string(format!("{sys}/hpage_pmd_size"))
@@ -235,7 +235,7 @@ fn huge_pages() -> Option<HugePages> {
                     libc::MADV_POPULATE_WRITE,
                 )
             } == 0;
-            Some(HugePages {
+            Some(ThpSystem {
                 huge,
                 base,
                 populate,
@@ -291,8 +291,10 @@ pub enum Filled {
 /// first time, each 4 KiB page cost a page fault, and at 1 M keys those were a third of an
 /// open in a fresh process and half of an ordering's copy (DESIGN.md §3.1, "Huge pages for
 /// large temporaries"). Room never touched costs address space only; a huge page partly
-/// written costs its 2 MiB.
-pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize, filled: Filled) {
+/// written costs its 2 MiB. Only under `HugePages::All` (DESIGN.md §3.1, "Huge pages for large
+/// maps only"); a plain `reserve_exact` otherwise. Returns whether it asked for huge pages:
+/// only then need the caller prefault ([`prefault_temporary`]).
+pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize, filled: Filled) -> bool {
     let size = std::mem::size_of::<T>();
     let want = v.len().saturating_add(additional);
     let Some(pages) = huge_pages().filter(|p| {
@@ -302,7 +304,7 @@ pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize, filled: Filled) {
             && (p.populate || filled == Filled::Freely)
     }) else {
         v.reserve_exact(additional);
-        return;
+        return false;
     };
     v.reserve_exact(want.max(OWN_MAPPING / size) - v.len());
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
@@ -317,10 +319,12 @@ pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize, filled: Filled) {
     }
     #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
     let _ = pages;
+    true
 }
 
 /// Faults in the room for the next `count` values of `v` now (`MADV_POPULATE_WRITE`), for a
-/// temporary [`reserve_temporary`] made huge whose values are then written under a lock
+/// temporary [`reserve_temporary`] made huge (it said so; the policy is not read again here,
+/// as it may have changed since) whose values are then written under a lock
 /// others wait for: a huge page's first fault may have the kernel compact memory to find one,
 /// which must not happen while writers wait. The end of the range is rounded up to a huge
 /// page where one fits in the room, else to a base page; its start to the first whole base
@@ -331,12 +335,9 @@ pub fn reserve_temporary<T>(v: &mut Vec<T>, additional: usize, filled: Filled) {
 pub fn prefault_temporary<T>(v: &Vec<T>, count: usize) -> bool {
     let size = std::mem::size_of::<T>();
     let room = v.capacity().saturating_sub(v.len());
-    let Some(pages) = huge_pages().filter(|p| {
-        temporaries_ask()
-            && p.populate
-            && size > 0
-            && v.capacity().saturating_mul(size) >= OWN_MAPPING
-    }) else {
+    let Some(pages) = huge_pages()
+        .filter(|p| p.populate && size > 0 && v.capacity().saturating_mul(size) >= OWN_MAPPING)
+    else {
         return true;
     };
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
@@ -407,7 +408,9 @@ const HUGE_ALIGN: usize = 2 << 20;
 
 /// A vector of fixed capacity in an anonymous mapping of its own (`mmap`), aligned to 2 MiB
 /// when it is that large, and advised to huge pages (`MADV_HUGEPAGE`) where [`huge_pages`]
-/// says asking gets them: the key directory's slab pages (DESIGN.md §3.1, "Huge slab pages").
+/// says asking gets them and the process's policy asks (`crate::set_huge_pages`: by default
+/// once the vectors alive hold `crate::HUGE_PAGES_FROM_BYTES`): the key directory's slab pages
+/// (DESIGN.md §3.1, "Huge slab pages", "Huge pages for large maps only").
 /// From the C allocator, a block of 2 MiB lies across two huge-page frames and gets none;
 /// and a mapping of its own goes back to the kernel when it is dropped instead of staying
 /// in the allocator's heap. Values are pushed and popped at the end, never past the
@@ -488,6 +491,8 @@ impl<T> MappedVec<T> {
                     libc::munmap(after.cast(), tail);
                 }
             }
+            // Not null: `mmap` succeeded.
+            let ptr = std::ptr::NonNull::new(first.cast::<T>())?;
             let before = MAPPED_BYTES.fetch_add(bytes, Ordering::Relaxed);
             if let Some(pages) = huge_pages() {
                 if bytes.is_multiple_of(pages.huge)
@@ -497,8 +502,6 @@ impl<T> MappedVec<T> {
                     advise(at, at + bytes, pages.base, libc::MADV_HUGEPAGE);
                 }
             }
-            // Not null: `mmap` succeeded.
-            let ptr = std::ptr::NonNull::new(first.cast::<T>())?;
             Some(Self {
                 ptr,
                 len: 0,
@@ -718,7 +721,8 @@ mod tests {
     /// grows past its room afterwards as any other.
     #[test]
     fn a_temporary_gets_its_room_and_keeps_its_values() {
-        // The asked-for path (`HugePages::All`); it changes no other test's result.
+        // The asked-for path (`HugePages::All`, set back at the end); while it is set, other
+        // tests' slab pages may be huge, which changes no result.
         super::set_huge_pages(crate::HugePages::All);
         let huge = super::huge_pages().is_some_and(|p| p.populate);
         let mut small: Vec<u64> = vec![1, 2, 3];
@@ -753,6 +757,7 @@ mod tests {
         reserve_temporary(&mut nothing, usize::MAX - 5, Filled::Freely);
         assert!(prefault_temporary(&nothing, 10));
         assert_eq!(nothing.len(), 5);
+        super::set_huge_pages(crate::HugePages::default());
     }
 
     /// A slab page asks for huge pages always with `All`, never with `Off`, and with

@@ -167,6 +167,11 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
         }
     };
     let start = Instant::now();
+    // The wall clock against a monotonic one: a step of the wall clock (a virtual machine
+    // resumed, a time daemon) moves the whole-second rule under the probes below, which
+    // read it; the largest step either way is reported.
+    let wall_start = now_millis();
+    let mut clock_step_ms = 0i64;
     let mut next_sample = 1;
     while start.elapsed() < Duration::from_secs(secs) {
         let at = now_millis();
@@ -206,6 +211,16 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
         }
         next_sample = elapsed + 1;
         let now = now_millis();
+        let step = now as i64 - (wall_start as i64 + start.elapsed().as_millis() as i64);
+        if step.abs() > clock_step_ms.abs() {
+            clock_step_ms = step;
+            if step.abs() > 100 {
+                eprintln!(
+                    "[{}] the wall clock is {step} ms off the monotonic clock at {elapsed} s",
+                    kind.name()
+                );
+            }
+        }
         let live = if mixed.is_some() {
             // A key is live while its stamp is after the current second.
             while let Some((&e, &c)) = due.first_key_value() {
@@ -271,7 +286,16 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
             for _ in 0..PROBES {
                 let i = young * BATCH + rng.below(written - young * BATCH);
                 live_probes += 1;
-                live_missing += u64::from(eng.get(&key(i))?.is_none());
+                if eng.get(&key(i))?.is_none() {
+                    live_missing += 1;
+                    let again = eng.get(&key(i))?.is_some();
+                    eprintln!(
+                        "[{}] live key {i} not found at {:.3} s, written at {} ms, now {now} ms; found on a second read: {again}",
+                        kind.name(),
+                        start.elapsed().as_secs_f64(),
+                        batch_at[(i / BATCH) as usize],
+                    );
+                }
             }
         }
     }
@@ -363,6 +387,7 @@ pub fn run(kind: Kind, dir: &Path, secs: u64) -> Res<Value> {
         "stale": app_stale,
         "live_probes": live_probes,
         "live_missing": live_missing,
+        "clock_step_ms": clock_step_ms,
         "rss_anon_peak": samples.iter().map(|s| s.3).max().unwrap_or(0).max(rss_end),
         "rss_peak": peak_rss(),
         "batch_p99_ms": f64::from(pct(99)) / 1000.0,
