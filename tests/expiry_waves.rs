@@ -4,8 +4,10 @@
 //! map's end gives pages back and takes them again, the trim moves entries from its end into
 //! holes, writers assist a lagging reaper, merges and whole-segment drops run, and through all
 //! of it a reader checks that every key whose TTL has more than a second left is found, and
-//! none whose TTL ran out more than a second ago is. (A ten-minute run of the peers harness
-//! once found 11 of 12,000 live keys missing; this is the engine-level form of that check.)
+//! none whose TTL ran out more than a second ago is. (Written when a ten-minute run of the
+//! peers harness reported 11 of 12,000 live keys missing, which turned out to be the harness's
+//! probe, DESIGN.md §3.1; nothing else raced a reader against waves of expiry over a map of
+//! several pages.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
