@@ -103,33 +103,30 @@ fn waves(sync: SyncPolicy) {
     // burst comes due at once and the map shrinks to the trickle.
     let mut i = 0u64;
     let mut second = START;
+    // A batch of the next 100 keys, stamped with the current second once it is written.
+    let write_batch = |i: &mut u64, second: u64| {
+        let mut b = WriteBatch::new();
+        for k in *i..*i + 100 {
+            b.put(&ks, key(k), k.to_le_bytes());
+        }
+        store.write_batch(b).expect("write");
+        written_at.lock().expect("lock").push(second);
+        *i += 100;
+        written.store(*i, Ordering::Release);
+    };
     for _wave in 0..6 {
         for step in 0..1500u64 {
             if step % 375 == 374 {
                 second += 1;
                 clock.set_unix_millis(second * 1000);
             }
-            let mut b = WriteBatch::new();
-            for k in i..i + 100 {
-                b.put(&ks, key(k), k.to_le_bytes());
-            }
-            store.write_batch(b).expect("write");
-            written_at.lock().expect("lock").push(second);
-            i += 100;
-            written.store(i, Ordering::Release);
+            write_batch(&mut i, second);
         }
         for _ in 0..(TTL + 2) {
             second += 1;
             clock.set_unix_millis(second * 1000);
             for _ in 0..20 {
-                let mut b = WriteBatch::new();
-                for k in i..i + 100 {
-                    b.put(&ks, key(k), k.to_le_bytes());
-                }
-                store.write_batch(b).expect("write");
-                written_at.lock().expect("lock").push(second);
-                i += 100;
-                written.store(i, Ordering::Release);
+                write_batch(&mut i, second);
             }
         }
     }
