@@ -344,7 +344,8 @@ pub const HUGE_PAGES_FROM_BYTES: usize = 128 << 20;
 /// and let it reach 2.19 without them, measured), but a fresh huge page costs milliseconds,
 /// not a fraction of one, on a virtual machine that gives its free memory back to the host
 /// (free page reporting, common under cloud hypervisors), where a fill, an open and the first
-/// walk in key order of a million keys measured 20-40 % slower when every page asked. The
+/// walk in key order of a million keys measured 20-50 % slower when every page asked (on
+/// this project's benchmark machine, DESIGN.md §3.1). The
 /// setting is the process's, not a store's: the slab pages and their spare are shared by
 /// every store the process opens.
 pub fn set_huge_pages(policy: HugePages) {
