@@ -89,6 +89,9 @@ impl std::hash::Hasher for FileIdHasher {
 #[derive(Default)]
 struct Loader {
     keys: Vec<(u32, Vec<(Key, Entry)>)>,
+    /// The sorted runs kept as a hint's bytes (`HintRun`), per keyspace: a file's records
+    /// are either here or in `keys`.
+    hints: Vec<(u32, HintRun)>,
     max_seq: u64,
     max_write_ms: u64,
     stats: Vec<(u32, SegStats)>,
@@ -112,7 +115,8 @@ impl Loader {
         slot(&mut self.stats, file)
     }
 
-    fn add(&mut self, file: u32, offset: u32, len: u32, meta: &Meta, key: &[u8]) {
+    /// Counts a record of `file` in the file's stats and the loader's maxima.
+    fn note(&mut self, file: u32, len: u32, meta: &Meta, key: &[u8]) {
         self.max_seq = self.max_seq.max(meta.seq);
         self.max_write_ms = self.max_write_ms.max(meta.write_ms);
         let stats = self.stats_of(file);
@@ -123,21 +127,11 @@ impl Loader {
         if meta.kind == Kind::Tombstone && meta.flags & FLAG_MARKER != 0 {
             stats.markers += u64::from(len);
         }
-        let tombstone = if meta.kind == Kind::Tombstone {
-            LOADED_TOMBSTONE
-        } else {
-            0
-        };
-        let entry = Entry {
-            seq: meta.seq,
-            file,
-            offset,
-            len,
-            ts: crate::keydir::WriteSecs::saturating(meta.ts()),
-            ttl: meta.ttl.to_wire(),
-            flags: meta.flags | tombstone,
-            armed: ttl::NEVER,
-        };
+    }
+
+    fn add(&mut self, file: u32, offset: u32, len: u32, meta: &Meta, key: &[u8]) {
+        self.note(file, len, meta, key);
+        let entry = loaded_entry(file, offset, len, meta);
         let keys = match self.keys.last_mut() {
             Some((ks, list)) if *ks == meta.keyspace => list,
             _ => slot(&mut self.keys, meta.keyspace),
@@ -165,7 +159,9 @@ impl Loader {
     /// the unstable one: 1 M random keys opened in 0.11 s instead of 0.12 s.
     fn sort(&mut self) {
         use crate::compaction::policy::{few_runs, RUN_MIN};
-        let total = self.keys.iter().map(|(_, l)| l.len() as u64).sum::<u64>();
+        // A hint run was checked to be in order as it was read: no descent.
+        let total = self.keys.iter().map(|(_, l)| l.len() as u64).sum::<u64>()
+            + self.hints.iter().map(|(_, h)| h.len as u64).sum::<u64>();
         let limit = total / RUN_MIN + 1;
         let mut descents_all = 0u64;
         for (_, list) in &mut self.keys {
@@ -211,15 +207,152 @@ impl Loader {
                 mine.total = st.total;
             }
             for (ks, list) in part.keys {
-                slot(&mut all.runs, ks).push(list);
+                slot(&mut all.runs, ks).push(Run::Decoded(list));
+            }
+            for (ks, run) in part.hints {
+                slot(&mut all.runs, ks).push(Run::Hint(run));
             }
         }
         all
     }
 }
 
-/// Records of one keyspace from one file, or merged: `(key, entry)` pairs.
-type Run = Vec<(Key, Entry)>;
+/// The entry a record of `file` at `offset`, `len` bytes long, gets in the key directory
+/// (a tombstone's marked, until the merge at open drops it).
+fn loaded_entry(file: u32, offset: u32, len: u32, meta: &Meta) -> Entry {
+    let tombstone = if meta.kind == Kind::Tombstone {
+        LOADED_TOMBSTONE
+    } else {
+        0
+    };
+    Entry {
+        seq: meta.seq,
+        file,
+        offset,
+        len,
+        ts: crate::keydir::WriteSecs::saturating(meta.ts()),
+        ttl: meta.ttl.to_wire(),
+        flags: meta.flags | tombstone,
+        armed: ttl::NEVER,
+    }
+}
+
+/// Records of one keyspace from one file, sorted by key, newest first: decoded into
+/// `(key, entry)` pairs (a scanned segment's, and tests'), or a checked hint's entries kept as
+/// its bytes and decoded again as the merge at open reads them (DESIGN.md §2.3, "Hints read
+/// in place").
+enum Run {
+    Decoded(Vec<(Key, Entry)>),
+    Hint(HintRun),
+}
+
+impl Run {
+    fn len(&self) -> usize {
+        match self {
+            Run::Decoded(v) => v.len(),
+            Run::Hint(h) => h.len,
+        }
+    }
+}
+
+/// A hint file's bytes: mapped, or read where mapping failed (and in tests).
+enum HintBytes {
+    Mapped(memmap2::Mmap),
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for HintBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            HintBytes::Mapped(m) => m,
+            HintBytes::Read(v) => v,
+        }
+    }
+}
+
+/// One keyspace's entries of a checked hint whose entries were found in order (keyspace, key,
+/// newest first): what the merge at open reads them from, in place of a decoded copy.
+struct HintRun {
+    bytes: Arc<HintBytes>,
+    file: u32,
+    base_ms: u64,
+    /// The entries' bytes in the hint: `from..to`.
+    from: usize,
+    to: usize,
+    /// Entries.
+    len: usize,
+    /// The key and byte position of every [`MARK_EVERY`]-th entry, from the first: where a
+    /// cut by key starts decoding.
+    marks: Vec<(Key, usize)>,
+    /// Set if decoding the entries again failed (the file changed under the mapping since it
+    /// was checked): open then fails rather than miss the records.
+    broken: AtomicBool,
+}
+
+/// A hint run keeps the key of every this-many-th entry.
+const MARK_EVERY: usize = 256;
+
+impl HintRun {
+    /// The entries from byte `from` to byte `to`.
+    fn entries(&self, from: usize, to: usize) -> hint::Entries<'_> {
+        hint::Entries::resume(&self.bytes, self.base_ms, from, to)
+    }
+
+    /// Adds the keys of entries `at`, `at + step`, ... to `sample`, and returns the index
+    /// after the last one taken (where the next sample would have been). Each is decoded
+    /// onwards from the one taken before it when that lies fewer than [`MARK_EVERY`] entries
+    /// back, else from the mark before it: at most `min(step, MARK_EVERY)` entries decoded per
+    /// key taken.
+    fn sample(&self, mut at: usize, step: usize, sample: &mut Vec<Key>) -> usize {
+        // A walk and the index of the entry it decodes next.
+        let mut walk: Option<(hint::Entries<'_>, usize)> = None;
+        while at < self.len {
+            let (mut entries, mut index) = match walk.take() {
+                Some((e, i)) if i <= at && at - i < MARK_EVERY => (e, i),
+                _ => {
+                    let Some(&(_, pos)) = self.marks.get(at / MARK_EVERY) else {
+                        break;
+                    };
+                    (self.entries(pos, self.to), at / MARK_EVERY * MARK_EVERY)
+                }
+            };
+            while index < at && entries.next().is_some() {
+                index += 1;
+            }
+            let Some(Ok((_, key, _, _))) = entries.next() else {
+                break; // the merge finds the damage and fails the open
+            };
+            sample.push(Key::from_slice(key));
+            walk = Some((entries, at + 1));
+            at += step;
+        }
+        at
+    }
+
+    /// The byte position and index of the first entry whose key is not below `key`, which
+    /// lies at or after `after` (a position and index this gave for a smaller key, or the
+    /// run's start): decoded from `after` or from the last mark below `key`, whichever comes
+    /// later, so the cuts of one run decode each entry at most once beyond a mark's worth per
+    /// cut.
+    fn cut(&self, key: &Key, after: (usize, usize)) -> (usize, usize) {
+        let m = self.marks.partition_point(|(k, _)| k < key);
+        let (mut pos, mut index) = match m.checked_sub(1).and_then(|i| self.marks.get(i)) {
+            Some(&(_, at)) if (m - 1) * MARK_EVERY > after.1 => (at, (m - 1) * MARK_EVERY),
+            _ => after,
+        };
+        let mut entries = self.entries(pos, self.to);
+        while let Some(Ok((_, k, _, _))) = entries.next() {
+            if k >= key.as_slice() {
+                break;
+            }
+            index += 1;
+            pos = entries.pos();
+        }
+        (pos, index)
+    }
+}
 
 /// Every file's records, as sorted runs per keyspace.
 #[derive(Default)]
@@ -415,7 +548,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             &rules,
             opts.open_shard_records,
             threads,
-        );
+        )
+        .map_err(|file| {
+            Error::corruption(
+                hint_path(dir, file),
+                0,
+                "hint changed while the store was being opened",
+            )
+        })?;
         if found.deadlines.count > 0 {
             with_timers.push(meta.id);
         }
@@ -729,9 +869,8 @@ fn load_sealed(
     opts: &Options,
     loader: &mut Loader,
     damage: &DamageCounters,
-    buf: &mut Vec<u8>,
 ) -> Result<Option<Segment>> {
-    debug_assert!(loader.keys.is_empty() && loader.stats.is_empty());
+    debug_assert!(loader.keys.is_empty() && loader.hints.is_empty() && loader.stats.is_empty());
     let id = entry.id;
     let path = segment_path(dir, id);
     let salvage = opts.recovery == RecoveryMode::Salvage;
@@ -773,42 +912,24 @@ fn load_sealed(
         skipped += entry.len.saturating_sub(seg.len());
     }
     let end = usize::try_from(seg.len().min(entry.len)).unwrap_or(usize::MAX);
-    if opts.use_hints && !seg.is_damaged() && read_into(&hint_path(dir, id), buf).is_ok() {
-        let bytes: &[u8] = buf;
-        // A whole hint whose entries all lie inside the (verified) segment is used. One
-        // that checks out but lists records past the end contradicts the manifest.
-        // Decoded once: what it loaded is thrown away if the hint turns out unusable.
-        let mut fits = true;
-        let reserve = std::cell::Cell::new(0usize);
-        let valid = hint::visit_once(
-            bytes,
-            id,
-            |n| reserve.set(usize::try_from(n).unwrap_or(0)),
-            |meta, key, offset, len| {
-                if reserve.get() > 0 {
-                    // Most of a hint is one keyspace's (entries are sorted by keyspace).
-                    let keys = slot(&mut loader.keys, meta.keyspace);
-                    crate::log::mmap::reserve_temporary(
-                        keys,
-                        reserve.take(),
-                        crate::log::mmap::Filled::Freely,
-                    );
+    if opts.use_hints && !seg.is_damaged() {
+        if let Some(bytes) = read_hint(&hint_path(dir, id)) {
+            // Under Salvage a hint is decoded into vectors: nothing can then fail the open
+            // after the check (a run read in place fails it if its bytes change under it).
+            match load_hint(Arc::new(bytes), id, entry.len, !salvage, loader) {
+                HintLoad::Used => {
+                    loader.stats_of(id).total = seg.data_len();
+                    return Ok(Some(seg));
                 }
-                fits &= u64::from(offset) + u64::from(len) <= entry.len;
-                loader.add(id, offset, len, meta, key);
-            },
-        );
-        if valid.is_ok() && fits {
-            loader.stats_of(id).total = seg.data_len();
-            return Ok(Some(seg));
-        }
-        *loader = Loader::default();
-        if valid.is_ok() && !salvage {
-            return Err(Error::corruption(
-                hint_path(dir, id),
-                0,
-                "hint lists records past the end of its segment",
-            ));
+                HintLoad::PastEnd if !salvage => {
+                    return Err(Error::corruption(
+                        hint_path(dir, id),
+                        0,
+                        "hint lists records past the end of its segment",
+                    ));
+                }
+                HintLoad::PastEnd | HintLoad::Bad => *loader = Loader::default(),
+            }
         }
     }
     let found = scan_all(seg.bytes(), end, |off, len, rec| {
@@ -833,20 +954,128 @@ fn load_sealed(
     Ok(Some(seg))
 }
 
-/// Reads the file at `path` into `buf` (cleared first; its room kept if the file fits, else
-/// replaced).
-fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
-    use std::io::Read;
-    buf.clear();
-    let mut f = std::fs::File::open(path)?;
-    let len = usize::try_from(f.metadata()?.len()).unwrap_or(0);
-    if buf.capacity() < len {
-        // A larger room, not a grown one: growing would copy the last file's bytes.
-        *buf = Vec::new();
+/// The bytes of the hint file at `path`, mapped (read where the system refuses to map it);
+/// none if it cannot be read (a missing hint is not an error: its segment is scanned).
+fn read_hint(path: &Path) -> Option<HintBytes> {
+    let file = std::fs::File::open(path).ok()?;
+    if let Ok(Some(map)) = crate::log::mmap::map_whole(&file) {
+        return Some(HintBytes::Mapped(map));
     }
-    crate::log::mmap::reserve_temporary(buf, len, crate::log::mmap::Filled::Freely);
-    f.read_to_end(buf)?;
-    Ok(())
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(&mut &file, &mut buf).ok()?;
+    Some(HintBytes::Read(buf))
+}
+
+/// What became of a hint.
+#[derive(Debug, PartialEq, Eq)]
+enum HintLoad {
+    /// Its entries are in the loader.
+    Used,
+    /// It checks out but lists records past the end of its segment.
+    PastEnd,
+    /// It does not check out; the loader holds some of its entries and must be discarded.
+    Bad,
+}
+
+/// Loads the hint `bytes` of segment `id` (`seg_len` bytes long) into `loader`: checked whole
+/// (header, footer, checksum, every entry), its stats counted, and kept as runs of its own
+/// bytes per keyspace (`HintRun`), which the merge at open decodes again as it reads them:
+/// decoding every entry into a vector of `(key, entry)` pairs wrote twice the hint's size of
+/// new memory, a third of an open's page faults (DESIGN.md §2.3, "Hints read in place"). A
+/// hint whose entries are not in order (keyspace, key, newest first), which no writer of
+/// this build makes, is decoded into vectors instead and sorted as a scanned segment is; so is
+/// every hint unless `in_place`.
+fn load_hint(
+    bytes: Arc<HintBytes>,
+    id: u32,
+    seg_len: u64,
+    in_place: bool,
+    loader: &mut Loader,
+) -> HintLoad {
+    let Ok((mut entries, count)) = hint::Entries::open(&bytes, id) else {
+        return HintLoad::Bad;
+    };
+    let base_ms = entries.base_ms();
+    let mut fits = true;
+    let mut sorted = true;
+    let mut runs: Vec<(u32, HintRun)> = Vec::new();
+    // The keyspace, key and sequence number of the entry before.
+    let mut prev: Option<(u32, &[u8], u64)> = None;
+    let mut seen = 0u64;
+    loop {
+        let at = entries.pos();
+        let Some(next) = entries.next() else {
+            break;
+        };
+        let Ok((meta, key, offset, len)) = next else {
+            return HintLoad::Bad;
+        };
+        seen += 1;
+        fits &= u64::from(offset) + u64::from(len) <= seg_len;
+        loader.note(id, len, &meta, key);
+        let same_keyspace = match prev {
+            Some((ks, pk, pseq)) if ks == meta.keyspace => {
+                sorted &= pk.cmp(key).then(meta.seq.cmp(&pseq)).is_le();
+                true
+            }
+            Some((ks, _, _)) => {
+                sorted &= ks < meta.keyspace;
+                false
+            }
+            None => false,
+        };
+        if !same_keyspace {
+            if let Some((_, run)) = runs.last_mut() {
+                run.to = at;
+            }
+            runs.push((
+                meta.keyspace,
+                HintRun {
+                    bytes: Arc::clone(&bytes),
+                    file: id,
+                    base_ms,
+                    from: at,
+                    to: at,
+                    len: 0,
+                    marks: Vec::new(),
+                    broken: AtomicBool::new(false),
+                },
+            ));
+        }
+        if let Some((_, run)) = runs.last_mut() {
+            if run.len.is_multiple_of(MARK_EVERY) {
+                run.marks.push((Key::from_slice(key), at));
+            }
+            run.len += 1;
+        }
+        prev = Some((meta.keyspace, key, meta.seq));
+    }
+    if seen != count {
+        return HintLoad::Bad;
+    }
+    if !fits {
+        return HintLoad::PastEnd;
+    }
+    if let Some((_, run)) = runs.last_mut() {
+        run.to = entries.pos();
+    }
+    if sorted && in_place {
+        loader.hints = runs;
+        return HintLoad::Used;
+    }
+    drop(runs);
+    // Out of order, or not to be read in place: decoded as before, the stats counted again
+    // from nothing.
+    *loader = Loader::default();
+    match hint::visit_once(
+        &bytes,
+        id,
+        |_| {},
+        |meta, key, offset, len| loader.add(id, offset, len, meta, key),
+    ) {
+        Ok(_) => HintLoad::Used,
+        Err(_) => HintLoad::Bad,
+    }
 }
 
 /// A sealed segment (none if Salvage gave it up) and what was loaded from it.
@@ -862,12 +1091,9 @@ fn load_all_sealed(
     opts: &Options,
     damage: &DamageCounters,
 ) -> Vec<Result<LoadedSealed>> {
-    // Each thread reads every hint it decodes into one buffer that lives as long as the thread:
-    // freeing a hint-sized buffer between files made the allocator serve the next file's
-    // vectors from the thread's arena, which kept them (13 MB after opening 1 M keys).
-    let one = |buf: &mut Vec<u8>, entry: &SealedSegment| {
+    let one = |(): &mut (), entry: &SealedSegment| {
         let mut part = Loader::default();
-        let seg = load_sealed(dir, *entry, opts, &mut part, damage, buf)?;
+        let seg = load_sealed(dir, *entry, opts, &mut part, damage)?;
         part.sort();
         Ok((seg, part))
     };
@@ -1038,6 +1264,152 @@ fn load_active(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::hint::HintWriter;
+    use crate::ttl::ItemTtl;
+
+    /// A run of decoded records, as the tests make them.
+    type Run = Vec<(Key, Entry)>;
+
+    /// A put of `key` in keyspace `ks` with sequence number `seq`.
+    fn put(ks: u32, seq: u64) -> Meta {
+        Meta {
+            kind: Kind::Put,
+            flags: 0,
+            keyspace: ks,
+            ttl: ItemTtl::Inherit,
+            seq,
+            write_ms: 5_000 + seq,
+        }
+    }
+
+    /// A hint of segment 7 whose entries of keyspaces 1 and 2 are given in an order that is
+    /// not the hint's, written sorted or not.
+    fn mixed_hint(sorted: bool) -> Vec<u8> {
+        let mut w = HintWriter::new(7);
+        for i in (0..600u64).rev() {
+            let ks = 1 + (i % 2) as u32;
+            w.add(
+                &put(ks, 10 + i),
+                format!("key{:04}", i * 7 % 600).as_bytes(),
+                i as u32 * 10,
+                10,
+            );
+        }
+        if sorted {
+            w.finish()
+        } else {
+            w.finish_unsorted()
+        }
+    }
+
+    /// A loaded record: key, sequence number, offset and length.
+    type Loaded = (Vec<u8>, u64, u32, u32);
+
+    /// What the loader holds, decoded and per keyspace, in key order, newest first.
+    fn loaded(mut loader: Loader) -> Vec<(u32, Vec<Loaded>)> {
+        loader.sort();
+        let mut all: Vec<(u32, Vec<_>)> = Vec::new();
+        for (ks, list) in loader.keys {
+            all.push((
+                ks,
+                list.iter()
+                    .map(|(k, e)| (k.to_vec(), e.seq, e.offset, e.len))
+                    .collect(),
+            ));
+        }
+        for (ks, run) in &loader.hints {
+            let mut list = Vec::new();
+            for entry in run.entries(run.from, run.to) {
+                let (meta, key, offset, len) = entry.expect("decodes");
+                list.push((key.to_vec(), meta.seq, offset, len));
+            }
+            assert_eq!(list.len(), run.len);
+            all.push((*ks, list));
+        }
+        all.sort_by_key(|(ks, _)| *ks);
+        all
+    }
+
+    /// A sorted hint is kept as its bytes, one run per keyspace; the same entries out of
+    /// order, or not to be read in place (Salvage), are decoded and sorted; all load the same
+    /// records, stats and maxima.
+    #[test]
+    fn a_hint_is_read_in_place_when_sorted_and_decoded_when_not() {
+        let mut results = Vec::new();
+        for (sorted, in_place) in [(true, true), (false, true), (true, false)] {
+            let mut loader = Loader::default();
+            let bytes = Arc::new(HintBytes::Read(mixed_hint(sorted)));
+            let got = load_hint(bytes, 7, 6_000, in_place, &mut loader);
+            assert_eq!(got, HintLoad::Used);
+            let kept = sorted && in_place;
+            assert_eq!(loader.hints.len(), if kept { 2 } else { 0 });
+            assert_eq!(loader.keys.is_empty(), kept);
+            let stats = loader.stats_of(7).hint_bytes;
+            let maxima = (loader.max_seq, loader.max_write_ms);
+            let records = loaded(loader);
+            assert_eq!(records.len(), 2);
+            assert!(records
+                .iter()
+                .all(|(_, l)| l.len() == 300 && l.windows(2).all(|w| w[0].0 < w[1].0)));
+            results.push((records, stats, maxima));
+        }
+        assert_eq!(results[0], results[1]);
+        assert_eq!(results[0], results[2]);
+        assert_eq!(results[0].2, (609, 5_609));
+    }
+
+    /// A hint listing records past its segment's end, or damaged, is not used.
+    #[test]
+    fn a_hint_past_its_segment_or_damaged_is_not_used() {
+        let mut loader = Loader::default();
+        let bytes = Arc::new(HintBytes::Read(mixed_hint(true)));
+        assert_eq!(
+            load_hint(bytes, 7, 5_999, true, &mut loader),
+            HintLoad::PastEnd
+        );
+        let mut loader = Loader::default();
+        let bytes = Arc::new(HintBytes::Read(mixed_hint(true)));
+        assert_eq!(
+            load_hint(bytes, 8, 6_000, true, &mut loader),
+            HintLoad::Bad,
+            "another segment's"
+        );
+        let mut damaged = mixed_hint(true);
+        damaged[100] ^= 1;
+        let mut loader = Loader::default();
+        let bytes = Arc::new(HintBytes::Read(damaged));
+        assert_eq!(load_hint(bytes, 7, 6_000, true, &mut loader), HintLoad::Bad);
+    }
+
+    /// A hint run whose bytes no longer decode when the merge reads them fails the build with
+    /// its segment's id, rather than leave its records out.
+    #[test]
+    fn a_hint_that_changed_after_its_check_fails_the_build() {
+        let mut loader = Loader::default();
+        let good = mixed_hint(true);
+        let bytes = Arc::new(HintBytes::Read(good.clone()));
+        assert_eq!(
+            load_hint(bytes, 7, 6_000, true, &mut loader),
+            HintLoad::Used
+        );
+        let (_, mut run) = loader.hints.swap_remove(0);
+        let mut changed = good;
+        // The kind byte of the run's middle entry: 9 is no kind.
+        let middle = run.marks.get(1).map_or(run.from, |m| m.1);
+        changed[middle] = 9;
+        run.bytes = Arc::new(HintBytes::Read(changed));
+        let history = [ttl::TtlChange {
+            since: 0,
+            default: ttl::DefaultTtl::Off,
+        }];
+        let rules = build::Rules {
+            history: &history,
+            reaped_upto: 0,
+            now: 10,
+        };
+        let built = build::build(vec![super::Run::Hint(run)], &rules, usize::MAX, 1);
+        assert_eq!(built.err(), Some(7));
+    }
 
     fn rec(key: &[u8], seq: u64, file: u32) -> (Key, Entry) {
         let entry = Entry {

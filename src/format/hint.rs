@@ -151,7 +151,19 @@ impl HintWriter {
     /// then newest first, so each hint is one sorted run and opening merges runs instead of
     /// sorting every entry.
     #[must_use]
-    pub fn finish(mut self) -> Vec<u8> {
+    pub fn finish(self) -> Vec<u8> {
+        self.finish_with(true)
+    }
+
+    /// As [`HintWriter::finish`], but the entries in the order they were added: a hint no
+    /// writer of this build makes, for tests of what reads hints.
+    #[cfg(test)]
+    #[must_use]
+    pub(crate) fn finish_unsorted(self) -> Vec<u8> {
+        self.finish_with(false)
+    }
+
+    fn finish_with(mut self, sorted: bool) -> Vec<u8> {
         let buf = &self.buf;
         // Each entry's sort fields decoded once, not at every comparison; the order is total
         // (sequence numbers are unique), so an unstable sort gives the one sorted result. The
@@ -180,12 +192,14 @@ impl HintWriter {
                 )
             })
             .collect();
-        order.sort_unstable_by(|a, b| {
-            (a.0, a.1)
-                .cmp(&(b.0, b.1))
-                .then_with(|| a.2.cmp(b.2))
-                .then(b.3.cmp(&a.3))
-        });
+        if sorted {
+            order.sort_unstable_by(|a, b| {
+                (a.0, a.1)
+                    .cmp(&(b.0, b.1))
+                    .then_with(|| a.2.cmp(b.2))
+                    .then(b.3.cmp(&a.3))
+            });
+        }
         let base_ms = order
             .iter()
             .map(|o| LE::read_u64(buf.get(o.4 + 24..o.4 + 32).unwrap_or(&[0; 8])))
@@ -269,17 +283,141 @@ pub fn visit_once(
     count: impl FnOnce(u64),
     mut f: impl FnMut(&Meta, &[u8], u32, u32),
 ) -> Result<u64, DecodeError> {
-    let (body_end, expected) = check(b, segment_id)?;
+    let (entries, expected) = Entries::open(b, segment_id)?;
     count(expected);
     let mut seen = 0u64;
-    walk_compact(b, body_end, &mut |meta, key, offset, len| {
+    for entry in entries {
+        let (meta, key, offset, len) = entry?;
         seen += 1;
-        f(meta, key, offset, len);
-    })?;
+        f(&meta, key, offset, len);
+    }
     if seen != expected {
         return Err(DecodeError::BadLength);
     }
     Ok(expected)
+}
+
+/// One decoded entry: `(meta, key, offset, len)`, the key borrowed from the hint's bytes.
+pub type Decoded<'b> = (Meta, &'b [u8], u32, u32);
+
+/// A hint's entries, decoded one at a time from a byte position: what [`visit_once`] walks,
+/// and what open keeps of a checked hint instead of a decoded copy of it (it decodes a range
+/// of the entries again as it merges them, DESIGN.md §2.3). An error ends the walk (every
+/// later call gives `None`).
+#[derive(Debug, Clone)]
+pub struct Entries<'b> {
+    /// The hint's bytes up to the end of the range walked.
+    body: &'b [u8],
+    /// Where the next entry starts.
+    pos: usize,
+    base_ms: u64,
+}
+
+impl<'b> Entries<'b> {
+    /// The entries of hint `b` of segment `segment_id`, once its header, footer and checksum
+    /// check out, and their count (checked against the file's size; the entries themselves
+    /// are checked as they are decoded).
+    ///
+    /// # Errors
+    /// As [`decode`], for what is checked before the entries.
+    pub fn open(b: &'b [u8], segment_id: u32) -> Result<(Self, u64), DecodeError> {
+        let (body_end, count) = check(b, segment_id)?;
+        let base_ms = b
+            .get(HINT_HEADER_LEN..HINT_HEADER_LEN + 8)
+            .map(LE::read_u64)
+            .ok_or(DecodeError::Truncated)?;
+        let body = b.get(..body_end).ok_or(DecodeError::Truncated)?;
+        let entries = Self {
+            body,
+            pos: HINT_HEADER_LEN + 8,
+            base_ms,
+        };
+        Ok((entries, count))
+    }
+
+    /// Where the next entry starts, in the hint's bytes.
+    #[must_use]
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// The base of the write times in the hint, for [`Entries::resume`].
+    #[must_use]
+    pub fn base_ms(&self) -> u64 {
+        self.base_ms
+    }
+
+    /// The entries from byte `from` to byte `to` of hint `b`, which [`Entries::open`] checked
+    /// before (its base of write times `base_ms`, both positions ones [`Entries::pos`] gave):
+    /// a range of them decoded again, without checking the whole file again.
+    #[must_use]
+    pub fn resume(b: &'b [u8], base_ms: u64, from: usize, to: usize) -> Self {
+        let body = b.get(..to).unwrap_or(b);
+        Self {
+            body,
+            pos: from.min(body.len()),
+            base_ms,
+        }
+    }
+
+    fn decode_next(&mut self) -> Result<Decoded<'b>, DecodeError> {
+        let body = self.body;
+        let mut pos = self.pos;
+        let (&kind, &flags) = match (body.get(pos), body.get(pos + 1)) {
+            (Some(k), Some(fl)) => (k, fl),
+            _ => return Err(DecodeError::Truncated),
+        };
+        pos += 2;
+        let kind = kind_of(kind)?;
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(DecodeError::BadField);
+        }
+        let keyspace =
+            u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let ttl_wire = unzigzag(varint::get(body, &mut pos)?)?;
+        let ttl = ItemTtl::from_wire(ttl_wire).ok_or(DecodeError::BadField)?;
+        let key_len =
+            usize::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadLength)?;
+        if key_len > MAX_KEY_SIZE {
+            return Err(DecodeError::BadLength);
+        }
+        let seq = varint::get(body, &mut pos)?;
+        let write_ms = self
+            .base_ms
+            .checked_add(varint::get(body, &mut pos)?)
+            .ok_or(DecodeError::BadField)?;
+        let offset =
+            u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let len = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let key = body
+            .get(pos..pos.checked_add(key_len).ok_or(DecodeError::BadLength)?)
+            .ok_or(DecodeError::Truncated)?;
+        self.pos = pos + key_len;
+        let meta = Meta {
+            kind,
+            flags,
+            keyspace,
+            ttl,
+            seq,
+            write_ms,
+        };
+        Ok((meta, key, offset, len))
+    }
+}
+
+impl<'b> Iterator for Entries<'b> {
+    type Item = Result<Decoded<'b>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.pos >= self.body.len() {
+            return None;
+        }
+        let entry = self.decode_next();
+        if entry.is_err() {
+            self.pos = self.body.len();
+        }
+        Some(entry)
+    }
 }
 
 /// Checks header, footer and CRC; returns where the entries end and the entry count.
@@ -312,66 +450,12 @@ fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64), DecodeError> {
     Ok((body_end, count))
 }
 
-/// A visitor of hint entries: `(meta, key, offset, len)`.
-type Visit<'f> = &'f mut dyn FnMut(&Meta, &[u8], u32, u32);
-
 fn kind_of(b: u8) -> Result<Kind, DecodeError> {
     match b {
         1 => Ok(Kind::Put),
         2 => Ok(Kind::Tombstone),
         _ => Err(DecodeError::BadField),
     }
-}
-
-/// Version-3 entries.
-fn walk_compact(b: &[u8], body_end: usize, f: Visit<'_>) -> Result<(), DecodeError> {
-    let body = b.get(..body_end).ok_or(DecodeError::Truncated)?;
-    let base_ms = body
-        .get(HINT_HEADER_LEN..HINT_HEADER_LEN + 8)
-        .map(LE::read_u64)
-        .ok_or(DecodeError::Truncated)?;
-    let mut pos = HINT_HEADER_LEN + 8;
-    while pos < body_end {
-        let (&kind, &flags) = match (body.get(pos), body.get(pos + 1)) {
-            (Some(k), Some(fl)) => (k, fl),
-            _ => return Err(DecodeError::Truncated),
-        };
-        pos += 2;
-        let kind = kind_of(kind)?;
-        if flags & !KNOWN_FLAGS != 0 {
-            return Err(DecodeError::BadField);
-        }
-        let keyspace =
-            u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
-        let ttl_wire = unzigzag(varint::get(body, &mut pos)?)?;
-        let ttl = ItemTtl::from_wire(ttl_wire).ok_or(DecodeError::BadField)?;
-        let key_len =
-            usize::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadLength)?;
-        if key_len > MAX_KEY_SIZE {
-            return Err(DecodeError::BadLength);
-        }
-        let seq = varint::get(body, &mut pos)?;
-        let write_ms = base_ms
-            .checked_add(varint::get(body, &mut pos)?)
-            .ok_or(DecodeError::BadField)?;
-        let offset =
-            u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
-        let len = u32::try_from(varint::get(body, &mut pos)?).map_err(|_| DecodeError::BadField)?;
-        let key = body
-            .get(pos..pos.checked_add(key_len).ok_or(DecodeError::BadLength)?)
-            .ok_or(DecodeError::Truncated)?;
-        pos += key_len;
-        let meta = Meta {
-            kind,
-            flags,
-            keyspace,
-            ttl,
-            seq,
-            write_ms,
-        };
-        f(&meta, key, offset, len);
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -44,6 +44,26 @@ pub fn map_sealed(file: &File) -> io::Result<Option<Mmap>> {
     Ok(Some(map))
 }
 
+/// Maps a whole file read-only with its pages mapped in now (`MAP_POPULATE`), for a hint that
+/// open reads through once or twice and lets go before it returns. An empty file gets no
+/// mapping.
+///
+/// # Errors
+/// The OS error from `mmap`.
+pub fn map_whole(file: &File) -> io::Result<Option<Mmap>> {
+    if file.metadata()?.len() == 0 {
+        return Ok(None);
+    }
+    // SAFETY: a hint file is written whole to a temporary name, fsynced and renamed into
+    // place, and never written again (a rename or delete would not touch this mapping anyway);
+    // the directory LOCK keeps other ebbdb processes from writing it. As for the sealed
+    // segments' mappings, what is left is outside ebbdb's control: another program truncating
+    // or writing the file in place, or a read error of the medium, which a mapping turns into
+    // SIGBUS where `read` would have returned an error (DESIGN.md §2.3, "Hints read in place").
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(file)? };
+    Ok(Some(map))
+}
+
 /// A read-only mapping of the *active* segment, of a fixed length that may run past the end of
 /// the file. Only the flushed prefix is ever turned into a slice.
 #[derive(Debug)]

@@ -13,7 +13,9 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
-use super::{merge_runs_with, FileIdHasher, FileLive, Run, LOADED_TOMBSTONE};
+use super::{
+    loaded_entry, merge_runs_with, FileIdHasher, FileLive, HintRun, Run, LOADED_TOMBSTONE,
+};
 use crate::compaction::policy;
 use crate::expiry::timers::{Filing, Timers};
 use crate::expiry::Timer;
@@ -148,7 +150,76 @@ impl Rules<'_> {
 }
 
 /// A shard to build: its first key (none for the first) and its piece of every run.
-type Job<'r> = (Option<Key>, Vec<&'r mut [(Key, Entry)]>);
+type Job<'r> = (Option<Key>, Vec<Piece<'r>>);
+
+/// A shard's piece of one run.
+enum Piece<'r> {
+    Decoded(&'r mut [(Key, Entry)]),
+    /// The entries of a hint run from byte `from` to byte `to`, `len` of them.
+    Hint {
+        run: &'r HintRun,
+        from: usize,
+        to: usize,
+        len: usize,
+    },
+}
+
+impl<'r> Piece<'r> {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        match self {
+            Piece::Decoded(p) => p.len(),
+            Piece::Hint { len, .. } => *len,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Piece::Decoded(p) => p.is_empty(),
+            Piece::Hint { len, .. } => *len == 0,
+        }
+    }
+
+    /// Its records, in order; a decoded piece's keys are moved out.
+    fn records(self) -> Records<'r> {
+        match self {
+            Piece::Decoded(p) => Records::Decoded(p.iter_mut()),
+            Piece::Hint { run, from, to, .. } => Records::Hint {
+                entries: run.entries(from, to),
+                run,
+            },
+        }
+    }
+}
+
+/// The records of a [`Piece`].
+enum Records<'r> {
+    Decoded(std::slice::IterMut<'r, (Key, Entry)>),
+    Hint {
+        entries: crate::format::hint::Entries<'r>,
+        run: &'r HintRun,
+    },
+}
+
+impl Iterator for Records<'_> {
+    type Item = (Key, Entry);
+
+    fn next(&mut self) -> Option<(Key, Entry)> {
+        match self {
+            Records::Decoded(it) => it.next().map(|(k, e)| (std::mem::take(k), *e)),
+            Records::Hint { entries, run } => match entries.next()? {
+                Ok((meta, key, offset, len)) => Some((
+                    Key::from_slice(key),
+                    loaded_entry(run.file, offset, len, &meta),
+                )),
+                Err(_) => {
+                    run.broken.store(true, std::sync::atomic::Ordering::Relaxed);
+                    None
+                }
+            },
+        }
+    }
+}
 
 /// The timers of every entry of `maps` (keyspace id, map) that has a deadline, filed at once
 /// (`timers::Filing`) after the maps are built: `armed` entries in all, their seconds within
@@ -235,17 +306,23 @@ fn file_range(
 /// and a sample of the largest run alone would put every cut inside it when each file holds a
 /// key range of its own, as with keys that grow over time).
 fn split_keys(runs: &[Run], shards: usize) -> Vec<Key> {
-    let total: usize = runs.iter().map(Vec::len).sum();
+    let total: usize = runs.iter().map(Run::len).sum();
     let step = (total / (shards * 32)).max(1);
-    let mut sample: Vec<&Key> = Vec::with_capacity(total / step + 1);
+    let mut sample: Vec<Key> = Vec::with_capacity(total / step + 1);
     let mut at = 0;
     for run in runs {
-        while let Some((k, _)) = run.get(at) {
-            sample.push(k);
-            at += step;
+        match run {
+            Run::Decoded(v) => {
+                while let Some((k, _)) = v.get(at) {
+                    sample.push(k.clone());
+                    at += step;
+                }
+            }
+            Run::Hint(h) => at = h.sample(at, step, &mut sample),
         }
-        at -= run.len();
+        at = at.saturating_sub(run.len());
     }
+    let sample: Vec<&Key> = sample.iter().collect();
     quantiles(sample, shards).into_iter().cloned().collect()
 }
 
@@ -270,7 +347,7 @@ fn quantiles<T: Ord + Copy>(mut sample: Vec<T>, parts: usize) -> Vec<T> {
 /// `runs` cut into shards of about `per_shard` records, each with its first key (none for
 /// the first) and its pieces of every run.
 fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
-    let total: usize = runs.iter().map(Vec::len).sum();
+    let total: usize = runs.iter().map(Run::len).sum();
     let shards = (total / per_shard.max(1)).clamp(1, MAX_SHARDS);
     let starts = if shards > 1 {
         split_keys(runs, shards)
@@ -283,17 +360,41 @@ fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
         .map(|s| (s, Vec::new()))
         .collect();
     for run in runs.iter_mut() {
-        let mut rest: &mut [(Key, Entry)] = run;
-        for i in 0..jobs.len() {
-            let cut = match jobs.get(i + 1) {
-                Some((Some(next), _)) => rest.partition_point(|(k, _)| k < next),
-                _ => rest.len(),
-            };
-            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(cut);
-            if !piece.is_empty() {
-                jobs[i].1.push(piece);
+        match run {
+            Run::Decoded(run) => {
+                let mut rest: &mut [(Key, Entry)] = run;
+                for i in 0..jobs.len() {
+                    let cut = match jobs.get(i + 1) {
+                        Some((Some(next), _)) => rest.partition_point(|(k, _)| k < next),
+                        _ => rest.len(),
+                    };
+                    let (piece, tail) = std::mem::take(&mut rest).split_at_mut(cut);
+                    if !piece.is_empty() {
+                        jobs[i].1.push(Piece::Decoded(piece));
+                    }
+                    rest = tail;
+                }
             }
-            rest = tail;
+            Run::Hint(run) => {
+                let run: &HintRun = run;
+                let mut start = (run.from, 0);
+                for i in 0..jobs.len() {
+                    let end = match jobs.get(i + 1) {
+                        Some((Some(next), _)) => run.cut(next, start),
+                        _ => (run.to, run.len),
+                    };
+                    let piece = Piece::Hint {
+                        run,
+                        from: start.0,
+                        to: end.0,
+                        len: end.1.saturating_sub(start.1),
+                    };
+                    if !piece.is_empty() {
+                        jobs[i].1.push(piece);
+                    }
+                    start = end;
+                }
+            }
         }
     }
     jobs
@@ -305,22 +406,23 @@ fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
 /// most [`SHARD_RECORDS`], fewer if `per_part` is). Each key's first record in the
 /// merged order (its newest; between equal sequence numbers, the one from the earlier run) is
 /// decided by `rules`.
+///
+/// # Errors
+/// The segment id of a hint run that no longer decoded (its file changed since open checked
+/// it): the map would miss its records.
 pub(super) fn build(
     mut runs: Vec<Run>,
     rules: &Rules<'_>,
     per_part: usize,
     threads: usize,
-) -> (KeyMap, Survivors) {
-    let total: usize = runs.iter().map(Vec::len).sum();
+) -> Result<(KeyMap, Survivors), u32> {
+    let total: usize = runs.iter().map(Run::len).sum();
     let per_part = per_part.min((total / (PARTS_PER_THREAD * threads.max(1))).max(2 * SLAB_PAGE));
     let jobs = split(&mut runs, per_part);
     let hash_key = HashKey::new();
-    let one = |pieces: Vec<&mut [(Key, Entry)]>| {
+    let one = |pieces: Vec<Piece<'_>>| {
         let mut acc = Survivors::default();
-        let iters: Vec<_> = pieces
-            .into_iter()
-            .map(|p| p.iter_mut().map(|(k, e)| (std::mem::take(k), *e)))
-            .collect();
+        let iters: Vec<_> = pieces.into_iter().map(Piece::records).collect();
         // The survivors go straight into slab pages, and are then laid out for a hashed map
         // on this thread (wasted only for a keyspace too large to be hashed).
         let mut kept = PartPages::default();
@@ -335,22 +437,102 @@ pub(super) fn build(
         parts.push(part);
         all.absorb(acc);
     }
+    let broken = runs.iter().find_map(|run| match run {
+        Run::Hint(h) if h.broken.load(std::sync::atomic::Ordering::Relaxed) => Some(h.file),
+        _ => None,
+    });
     // The runs' records were moved out by the merges, but dropping them still visits each
     // (10 ms at 1 M records): their room goes before the map's, on every core.
     super::side_by_side(runs, threads, false, |(), run| drop(run));
+    if let Some(file) = broken {
+        return Err(file);
+    }
     // Hashed, as a map that starts empty is (DESIGN.md §3.1, "Open builds hashed maps"), or
     // ordered when it holds more entries than a hashed map may.
-    (
+    Ok((
         KeyMap::hashed_from(&hash_key, parts, per_part.min(SHARD_RECORDS)),
         all,
-    )
+    ))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{load_hint, HintBytes, HintLoad, Loader};
     use super::*;
+    use crate::format::hint::HintWriter;
+    use crate::format::record::{Kind, Meta};
     use crate::keydir::WriteSecs;
     use crate::ttl::{DefaultTtl, ItemTtl};
+    use std::sync::Arc;
+
+    /// A run of decoded records, as the tests make them.
+    type Run = Vec<(Key, Entry)>;
+
+    /// `runs` as decoded runs.
+    fn decoded(runs: &[Run]) -> Vec<super::Run> {
+        runs.iter().cloned().map(super::Run::Decoded).collect()
+    }
+
+    /// `runs` written as hint files (segment `i` for run `i`, keyspace 3's records between a
+    /// few of keyspaces 2 and 4) and loaded back as keyspace 3's hint runs (an empty decoded
+    /// run where a run is empty). Each record's file must be its run's index.
+    fn hinted(runs: &[Run]) -> Vec<super::Run> {
+        let meta = |ks: u32, e: &Entry| Meta {
+            kind: if e.flags & LOADED_TOMBSTONE != 0 {
+                Kind::Tombstone
+            } else {
+                Kind::Put
+            },
+            flags: e.flags & !LOADED_TOMBSTONE,
+            keyspace: ks,
+            ttl: ItemTtl::from_wire(e.ttl).expect("a valid TTL"),
+            seq: e.seq,
+            write_ms: e.ts.get() * 1000 + e.seq % 1000,
+        };
+        runs.iter()
+            .enumerate()
+            .map(|(i, run)| {
+                let id = i as u32;
+                let mut w = HintWriter::new(id);
+                for (ks, extra) in [(2u32, 3u64), (4, 300)] {
+                    for j in 0..extra {
+                        let (k, mut e) = rec(j, 1 << 40 | j, id, 1_000, None, false);
+                        e.offset = 0;
+                        w.add(&meta(ks, &e), &k, 0, 1);
+                    }
+                }
+                for (k, e) in run {
+                    assert_eq!(e.file, id);
+                    w.add(&meta(3, e), k, e.offset, e.len);
+                }
+                let mut loader = Loader::default();
+                let bytes = Arc::new(HintBytes::Read(w.finish()));
+                assert_eq!(
+                    load_hint(bytes, id, u64::MAX, true, &mut loader),
+                    HintLoad::Used
+                );
+                assert!(loader.keys.is_empty(), "a sorted hint is read in place");
+                let mut ours: Vec<super::Run> = loader
+                    .hints
+                    .into_iter()
+                    .filter(|(ks, _)| *ks == 3)
+                    .map(|(_, h)| super::Run::Hint(h))
+                    .collect();
+                assert!(ours.len() <= 1);
+                ours.pop().unwrap_or(super::Run::Decoded(Vec::new()))
+            })
+            .collect()
+    }
+
+    /// `build` of decoded `runs`.
+    fn build_of(
+        runs: &[Run],
+        rules: &Rules<'_>,
+        per: usize,
+        threads: usize,
+    ) -> (KeyMap, Survivors) {
+        build(decoded(runs), rules, per, threads).expect("no hint run")
+    }
 
     /// A record of `key` with sequence number `seq` in `file`, written at second `ts`, with
     /// its own TTL `ttl` (or inheriting), maybe a tombstone.
@@ -400,14 +582,20 @@ mod tests {
             reaped_upto: 0,
             now: 1_000,
         };
-        let mut runs = runs;
-        let lens: Vec<usize> = split(&mut runs, 10_000)
+        let lens: Vec<usize> = split(&mut decoded(&runs), 10_000)
             .iter()
             .map(|(_, pieces)| pieces.iter().map(|p| p.len()).sum())
             .collect();
         assert_eq!(lens.len(), 20);
         assert!(lens.iter().all(|&n| n < 3 * 10_000), "{lens:?}");
-        let (map, _) = build(runs.clone(), &rules, 10_000, 2);
+        // Read from hints in place, sampled from their marks: as even.
+        let lens: Vec<usize> = split(&mut hinted(&runs), 10_000)
+            .iter()
+            .map(|(_, pieces)| pieces.iter().map(|p| p.len()).sum())
+            .collect();
+        assert_eq!(lens.len(), 20);
+        assert!(lens.iter().all(|&n| n < 3 * 10_000), "{lens:?}");
+        let (map, _) = build_of(&runs, &rules, 10_000, 2);
         assert_eq!(map.len(), runs.iter().map(Vec::len).sum::<usize>());
     }
 
@@ -435,7 +623,7 @@ mod tests {
                     })
                     .collect();
                 run.sort_by(super::super::record_order);
-                let (map, acc) = build(vec![run], &rules, 100, 2);
+                let (map, acc) = build_of(&[run], &rules, 100, 2);
                 built.push((ks + 10, map, acc));
             }
             let maps: Vec<(u32, &KeyMap)> = built.iter().map(|(id, m, _)| (*id, m)).collect();
@@ -495,7 +683,7 @@ mod tests {
                 })
                 .collect();
             run.sort_by(super::super::record_order);
-            let (map, acc) = build(vec![run], &rules, SHARD_RECORDS, 2);
+            let (map, acc) = build_of(&[run], &rules, SHARD_RECORDS, 2);
             assert_eq!(acc.deadlines.count, 40_000);
             let want = fired(&mut file_timers(
                 &[(1, &map)],
@@ -584,7 +772,8 @@ mod tests {
                 })
                 .collect();
             // Copies of records in later files with the same sequence number (as a merge
-            // output beside its input): between equal records the earlier run wins.
+            // output beside its input): between equal records the earlier run wins (each
+            // record's file is its run's, so the winner tells).
             let mut runs = runs;
             for i in 1..runs.len() {
                 let copies: Vec<(Key, Entry)> = runs[..i]
@@ -595,7 +784,7 @@ mod tests {
                         (
                             k.clone(),
                             Entry {
-                                file: 100 + i as u32,
+                                file: i as u32,
                                 ..*e
                             },
                         )
@@ -604,8 +793,8 @@ mod tests {
                 runs[i].extend(copies);
                 runs[i].sort_by(super::super::record_order);
             }
-            let (want, want_acc) = build(runs.clone(), &rules, usize::MAX, 1);
-            assert_eq!(split(&mut runs.clone(), usize::MAX).len(), 1);
+            let (want, want_acc) = build_of(&runs, &rules, usize::MAX, 1);
+            assert_eq!(split(&mut decoded(&runs), usize::MAX).len(), 1);
             let want_fired = fired(&mut file_timers(
                 &[(3, &want)],
                 &want_acc.deadlines,
@@ -623,12 +812,20 @@ mod tests {
             let armed = want.iter().filter(|(_, e)| e.armed != ttl::NEVER).count();
             assert!(armed > 0);
             assert_eq!(want_fired.len(), armed, "a timer for every armed entry");
-            for (per_shard, threads) in [(1, 1), (7, 2), (100, 2), (1_000, 3), (SHARD_RECORDS, 2)] {
-                let (got, acc) = build(runs.clone(), &rules, per_shard, threads);
+            let cases = [(1, 1), (7, 2), (100, 2), (1_000, 3), (SHARD_RECORDS, 2)];
+            // Each case with decoded runs, then with the same runs read from hints in place.
+            for ((per_shard, threads), hint) in
+                cases.into_iter().flat_map(|c| [(c, false), (c, true)])
+            {
+                let (got, acc) = if hint {
+                    build(hinted(&runs), &rules, per_shard, threads).expect("hint runs decode")
+                } else {
+                    build_of(&runs, &rules, per_shard, threads)
+                };
                 let total: usize = runs.iter().map(Vec::len).sum();
                 if per_shard < total / 2 {
                     assert!(
-                        split(&mut runs.clone(), per_shard).len() > 1,
+                        split(&mut decoded(&runs), per_shard).len() > 1,
                         "round {round}: {total} records in one shard"
                     );
                 }
@@ -638,7 +835,7 @@ mod tests {
                 a.sort_by(|x, y| x.0.cmp(&y.0));
                 b.sort_by(|x, y| x.0.cmp(&y.0));
                 assert!(a.windows(2).all(|w| w[0].0 < w[1].0), "a key twice");
-                assert_eq!(a, b, "round {round}, {per_shard} per shard");
+                assert_eq!(a, b, "round {round}, {per_shard} per shard, hints {hint}");
                 assert_eq!(
                     acc.census.clone().finish(),
                     want_acc.census.clone().finish()
