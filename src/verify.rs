@@ -671,6 +671,15 @@ fn check_hint(
         );
         return;
     }
+    if hint::check_summary(bytes, id).is_err() {
+        report.problem(
+            path,
+            0,
+            "hint file: its summary does not match its entries; opening fails with a \
+             corruption error (deleting the hint lets opening scan the segment instead)"
+                .to_string(),
+        );
+    }
     let by_offset: HashMap<u32, &Seen> = records.iter().map(|r| (r.offset, r)).collect();
     let mut listed = HashSet::new();
     let mut bad = 0usize;

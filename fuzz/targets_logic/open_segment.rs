@@ -216,13 +216,30 @@ fn wrap_segment(id: u32, original: &[u8], body: &[u8]) -> Vec<u8> {
 }
 
 /// A hint file for `id`: header, `body` as the version-3 body (8-byte base time, then compact
-/// entries), a footer with the count of whole entries and a valid CRC.
+/// entries), a footer with the count of whole entries and a valid CRC; when that decodes, it
+/// is written again as this build writes hints (version 4: sorted, with its summary), so the
+/// fuzzer reaches the path that uses a summary; when not, it stays version 3 and reaches the
+/// checks that refuse it.
 fn wrap_hint(id: u32, body: &[u8]) -> Vec<u8> {
-    use ebbdb::format::hint::HINT_VERSION;
+    let v3 = wrap_hint_v3(id, body);
+    match ebbdb::format::hint::decode(&v3, id) {
+        Ok(entries) => {
+            let mut w = ebbdb::format::hint::HintWriter::new(id);
+            for e in &entries {
+                w.add(&e.meta, &e.key, e.offset, e.len);
+            }
+            w.finish()
+        }
+        Err(_) => v3,
+    }
+}
+
+/// [`wrap_hint`]'s version-3 file.
+fn wrap_hint_v3(id: u32, body: &[u8]) -> Vec<u8> {
     use ebbdb::format::varint;
     let mut out = Vec::with_capacity(32 + body.len());
     out.extend_from_slice(b"EBBDBHNT");
-    out.extend_from_slice(&HINT_VERSION.to_le_bytes());
+    out.extend_from_slice(&3u32.to_le_bytes());
     out.extend_from_slice(&id.to_le_bytes());
     out.extend_from_slice(body);
     // Entries: kind, flags, then keyspace, ttl, key_len, seq, write_ms, offset, len as varints,
@@ -440,8 +457,12 @@ pub fn seeds() -> Vec<Vec<u8>> {
         out.push(with(base + 2, &seg));
         out.push(with(base + 3, &seg[SEGMENT_HEADER_LEN.min(seg.len())..]));
         out.push(with(base + 4, &hint));
-        if hint.len() >= 32 {
-            let body = &hint[16..hint.len() - 16];
+        if hint.len() >= 40 {
+            // The entries, without the version-4 summary and its length before the footer.
+            let len_at = hint.len() - 24;
+            let summary = u64::from_le_bytes(hint[len_at..len_at + 8].try_into().unwrap_or([0; 8]));
+            let entries_end = usize::try_from(summary).map_or(16, |n| len_at.saturating_sub(n));
+            let body = &hint[16..entries_end.max(16)];
             // The wrapper must rebuild a real hint from its body, or selector 5 would only
             // ever reach the rejection path.
             assert_eq!(wrap_hint(*id, body), hint, "wrap_hint rebuilds the hint");

@@ -92,6 +92,8 @@ struct Loader {
     /// The sorted runs kept as a hint's bytes (`HintRun`), per keyspace: a file's records
     /// are either here or in `keys`.
     hints: Vec<(u32, HintRun)>,
+    /// What each version-4 hint read in place says its entries hold, per file.
+    summaries: Vec<(u32, Tally)>,
     max_seq: u64,
     max_write_ms: u64,
     stats: Vec<(u32, SegStats)>,
@@ -196,6 +198,7 @@ impl Loader {
     fn combine(parts: Vec<Loader>) -> Combined {
         let mut all = Combined::default();
         for part in parts {
+            all.summaries.extend(part.summaries);
             all.max_seq = all.max_seq.max(part.max_seq);
             all.max_write_ms = all.max_write_ms.max(part.max_write_ms);
             for (file, st) in part.stats {
@@ -277,6 +280,11 @@ impl std::ops::Deref for HintBytes {
 struct HintRun {
     bytes: Arc<HintBytes>,
     file: u32,
+    /// The keyspace of the entries, and the length of the file's segment: the merge checks
+    /// each entry against both, and that each comes after the one before (a version-4 hint's
+    /// entries were not decoded before the merge, DESIGN.md §2.3).
+    keyspace: u32,
+    seg_len: u64,
     base_ms: u64,
     /// The entries' bytes in the hint: `from..to`.
     from: usize,
@@ -289,12 +297,77 @@ struct HintRun {
     /// Set if decoding the entries again failed (the file changed under the mapping since it
     /// was checked): open then fails rather than miss the records.
     broken: AtomicBool,
+    /// What the merge decoded of the entries, added up as each piece ends.
+    tally: Mutex<Tally>,
 }
 
-/// A hint run keeps the key of every this-many-th entry.
-const MARK_EVERY: usize = 256;
+/// What was decoded of a hint's entries: checked at the end of open against what a
+/// version-4 hint's summary said of them (the summary is what open used before the merge:
+/// the largest sequence number and write time, the stats), and each run's count against its
+/// own (DESIGN.md §2.3).
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+struct Tally {
+    count: u64,
+    max_seq: u64,
+    max_write_ms: u64,
+    shadowing: u64,
+    markers: u64,
+    key_bytes: u64,
+    /// The largest offset plus length of a record.
+    max_end: u64,
+}
+
+impl Tally {
+    /// Counts an entry.
+    fn add(&mut self, meta: &Meta, key: &[u8], offset: u32, len: u32) {
+        self.count += 1;
+        self.max_end = self.max_end.max(u64::from(offset) + u64::from(len));
+        self.max_seq = self.max_seq.max(meta.seq);
+        self.max_write_ms = self.max_write_ms.max(meta.write_ms);
+        if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
+            self.shadowing += 1;
+        }
+        if meta.kind == Kind::Tombstone && meta.flags & FLAG_MARKER != 0 {
+            self.markers += u64::from(len);
+        }
+        self.key_bytes += key.len() as u64;
+    }
+
+    /// Counts what `other` counted too.
+    fn absorb(&mut self, other: &Tally) {
+        self.count += other.count;
+        self.max_seq = self.max_seq.max(other.max_seq);
+        self.max_write_ms = self.max_write_ms.max(other.max_write_ms);
+        self.shadowing += other.shadowing;
+        self.markers += other.markers;
+        self.key_bytes += other.key_bytes;
+        self.max_end = self.max_end.max(other.max_end);
+    }
+
+    /// What a version-4 hint's summary says its `count` entries hold.
+    fn of_summary(summary: &hint::Summary<'_>, count: u64) -> Self {
+        Self {
+            count,
+            max_seq: summary.max_seq,
+            max_write_ms: summary.max_write_ms,
+            shadowing: summary.shadowing,
+            markers: summary.markers,
+            key_bytes: summary.key_bytes,
+            max_end: summary.max_end,
+        }
+    }
+}
+
+/// A hint run keeps the key of every this-many-th entry (as a version-4 hint's summary does).
+use hint::MARK_EVERY;
 
 impl HintRun {
+    /// Notes that the merge found an entry it cannot take (the open then fails); none.
+    fn broke<T>(&self) -> Option<T> {
+        self.broken.store(true, Ordering::Relaxed);
+        None
+    }
+
     /// The entries from byte `from` to byte `to`.
     fn entries(&self, from: usize, to: usize) -> hint::Entries<'_> {
         hint::Entries::resume(&self.bytes, self.base_ms, from, to)
@@ -358,6 +431,8 @@ impl HintRun {
 #[derive(Default)]
 struct Combined {
     runs: Vec<(u32, Vec<Run>)>,
+    /// What each version-4 hint read in place says its entries hold, per file.
+    summaries: Vec<(u32, Tally)>,
     max_seq: u64,
     max_write_ms: u64,
     stats: Vec<(u32, SegStats)>,
@@ -573,6 +648,44 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         });
         catalog.by_name.insert(meta.name.clone(), Arc::clone(&core));
         catalog.by_id.insert(meta.id, core);
+    }
+
+    // Every version-4 hint read in place held what its summary said (open used the summary's
+    // sequence numbers, write times and stats before the merge decoded the entries). Runs of
+    // keyspaces the manifest no longer lists (records of a deleted keyspace that no merge has
+    // dropped yet) were not merged: they are decoded here to be counted.
+    for (_, runs) in std::mem::take(&mut loader.runs) {
+        for run in runs {
+            let Run::Hint(h) = run else { continue };
+            let mut tally = Tally::default();
+            for entry in h.entries(h.from, h.to) {
+                let Ok((meta, key, offset, len)) = entry else {
+                    return Err(Error::corruption(
+                        hint_path(dir, h.file),
+                        0,
+                        "hint changed while the store was being opened",
+                    ));
+                };
+                tally.add(&meta, key, offset, len);
+            }
+            found_all.tallies.push((h.file, tally));
+        }
+    }
+    for (file, said) in &loader.summaries {
+        let found = found_all.tallies.iter().filter(|(f, _)| f == file).fold(
+            Tally::default(),
+            |mut all, (_, t)| {
+                all.absorb(t);
+                all
+            },
+        );
+        if found != *said {
+            return Err(Error::corruption(
+                hint_path(dir, *file),
+                0,
+                "hint's summary does not match its entries",
+            ));
+        }
     }
 
     // Every keyspace's timers, filed at once now that every map is built.
@@ -996,6 +1109,48 @@ fn load_hint(
         return HintLoad::Bad;
     };
     let base_ms = entries.base_ms();
+    if let (Some(summary), true) = (entries.summary(), in_place) {
+        // Version 4: what the entries hold is in the summary; they are decoded only by the
+        // merge, which checks each as it reads it.
+        if summary.max_end > seg_len {
+            return HintLoad::PastEnd;
+        }
+        loader.max_seq = loader.max_seq.max(summary.max_seq);
+        loader.max_write_ms = loader.max_write_ms.max(summary.max_write_ms);
+        let stats = loader.stats_of(id);
+        stats.hint_bytes +=
+            summary.key_bytes + count.saturating_mul(crate::compaction::policy::HINT_ENTRY_BYTES);
+        stats.shadowing += summary.shadowing;
+        stats.markers += summary.markers;
+        loader
+            .summaries
+            .push((id, Tally::of_summary(summary, count)));
+        loader.hints = summary
+            .keyspaces
+            .iter()
+            .map(|k| {
+                let run = HintRun {
+                    bytes: Arc::clone(&bytes),
+                    file: id,
+                    keyspace: k.keyspace,
+                    seg_len,
+                    base_ms,
+                    from: k.from,
+                    to: k.to,
+                    len: usize::try_from(k.count).unwrap_or(usize::MAX),
+                    marks: k
+                        .marks
+                        .iter()
+                        .map(|&(at, key)| (Key::from_slice(key), at))
+                        .collect(),
+                    broken: AtomicBool::new(false),
+                    tally: Mutex::default(),
+                };
+                (k.keyspace, run)
+            })
+            .collect();
+        return HintLoad::Used;
+    }
     let mut fits = true;
     let mut sorted = true;
     let mut runs: Vec<(u32, HintRun)> = Vec::new();
@@ -1033,12 +1188,15 @@ fn load_hint(
                 HintRun {
                     bytes: Arc::clone(&bytes),
                     file: id,
+                    keyspace: meta.keyspace,
+                    seg_len,
                     base_ms,
                     from: at,
                     to: at,
                     len: 0,
                     marks: Vec::new(),
                     broken: AtomicBool::new(false),
+                    tally: Mutex::default(),
                 },
             ));
         }
@@ -1282,9 +1440,20 @@ mod tests {
         }
     }
 
+    /// How a test hint is written.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Form {
+        /// Version 4, sorted, with its summary (what this build writes).
+        V4,
+        /// Version 3, sorted (what the builds before wrote).
+        V3,
+        /// Version 3, in the order the entries were added (no writer makes it).
+        V3Unsorted,
+    }
+
     /// A hint of segment 7 whose entries of keyspaces 1 and 2 are given in an order that is
-    /// not the hint's, written sorted or not.
-    fn mixed_hint(sorted: bool) -> Vec<u8> {
+    /// not the hint's.
+    fn mixed_hint(form: Form) -> Vec<u8> {
         let mut w = HintWriter::new(7);
         for i in (0..600u64).rev() {
             let ks = 1 + (i % 2) as u32;
@@ -1295,10 +1464,10 @@ mod tests {
                 10,
             );
         }
-        if sorted {
-            w.finish()
-        } else {
-            w.finish_unsorted()
+        match form {
+            Form::V4 => w.finish(),
+            Form::V3 => w.finish_v3(),
+            Form::V3Unsorted => w.finish_unsorted(),
         }
     }
 
@@ -1330,18 +1499,30 @@ mod tests {
         all
     }
 
-    /// A sorted hint is kept as its bytes, one run per keyspace; the same entries out of
-    /// order, or not to be read in place (Salvage), are decoded and sorted; all load the same
-    /// records, stats and maxima.
+    /// A sorted hint is kept as its bytes, one run per keyspace (version 4 from its summary,
+    /// version 3 from a pass over its entries); the same entries out of order, or not to be
+    /// read in place (Salvage), are decoded and sorted; all load the same records, stats and
+    /// maxima.
     #[test]
     fn a_hint_is_read_in_place_when_sorted_and_decoded_when_not() {
         let mut results = Vec::new();
-        for (sorted, in_place) in [(true, true), (false, true), (true, false)] {
+        let forms = [
+            (Form::V4, true),
+            (Form::V3, true),
+            (Form::V3Unsorted, true),
+            (Form::V4, false),
+            (Form::V3, false),
+        ];
+        for (form, in_place) in forms {
             let mut loader = Loader::default();
-            let bytes = Arc::new(HintBytes::Read(mixed_hint(sorted)));
+            let bytes = Arc::new(HintBytes::Read(mixed_hint(form)));
             let got = load_hint(bytes, 7, 6_000, in_place, &mut loader);
             assert_eq!(got, HintLoad::Used);
-            let kept = sorted && in_place;
+            let kept = form != Form::V3Unsorted && in_place;
+            assert_eq!(
+                loader.summaries.len(),
+                usize::from(kept && form == Form::V4)
+            );
             assert_eq!(loader.hints.len(), if kept { 2 } else { 0 });
             assert_eq!(loader.keys.is_empty(), kept);
             let stats = loader.stats_of(7).hint_bytes;
@@ -1353,8 +1534,9 @@ mod tests {
                 .all(|(_, l)| l.len() == 300 && l.windows(2).all(|w| w[0].0 < w[1].0)));
             results.push((records, stats, maxima));
         }
-        assert_eq!(results[0], results[1]);
-        assert_eq!(results[0], results[2]);
+        for other in &results[1..] {
+            assert_eq!(results[0], *other);
+        }
         assert_eq!(results[0].2, (609, 5_609));
     }
 
@@ -1362,19 +1544,19 @@ mod tests {
     #[test]
     fn a_hint_past_its_segment_or_damaged_is_not_used() {
         let mut loader = Loader::default();
-        let bytes = Arc::new(HintBytes::Read(mixed_hint(true)));
+        let bytes = Arc::new(HintBytes::Read(mixed_hint(Form::V4)));
         assert_eq!(
             load_hint(bytes, 7, 5_999, true, &mut loader),
             HintLoad::PastEnd
         );
         let mut loader = Loader::default();
-        let bytes = Arc::new(HintBytes::Read(mixed_hint(true)));
+        let bytes = Arc::new(HintBytes::Read(mixed_hint(Form::V4)));
         assert_eq!(
             load_hint(bytes, 8, 6_000, true, &mut loader),
             HintLoad::Bad,
             "another segment's"
         );
-        let mut damaged = mixed_hint(true);
+        let mut damaged = mixed_hint(Form::V4);
         damaged[100] ^= 1;
         let mut loader = Loader::default();
         let bytes = Arc::new(HintBytes::Read(damaged));
@@ -1386,7 +1568,7 @@ mod tests {
     #[test]
     fn a_hint_that_changed_after_its_check_fails_the_build() {
         let mut loader = Loader::default();
-        let good = mixed_hint(true);
+        let good = mixed_hint(Form::V4);
         let bytes = Arc::new(HintBytes::Read(good.clone()));
         assert_eq!(
             load_hint(bytes, 7, 6_000, true, &mut loader),
@@ -1409,6 +1591,94 @@ mod tests {
         };
         let built = build::build(vec![super::Run::Hint(run)], &rules, usize::MAX, 1);
         assert_eq!(built.err(), Some(7));
+    }
+
+    /// A version-4 hint whose summary does not match its entries (each total changed, a mark
+    /// moved) fails the open rather than let open use what it says; the hint as written opens
+    /// and reads back every key.
+    #[test]
+    fn a_summary_that_does_not_match_its_entries_fails_the_open() {
+        let dir = tempfile::tempdir().expect("dir");
+        let opts = || {
+            Options::default()
+                .sync(crate::SyncPolicy::Never)
+                .segment_size(64 << 10)
+                .hint_every_segment(true)
+                .warm_on_open(false)
+                .open_shard_records(7)
+        };
+        let key = |i: u32| format!("k{:05}", i * 7 % 3_000);
+        {
+            let store = crate::Store::open_with(dir.path(), opts()).expect("open");
+            let ks = store
+                .create_keyspace("a", crate::DefaultTtl::Off)
+                .expect("ks");
+            for i in 0..3_000u32 {
+                ks.put(key(i), [1u8; 40]).expect("put");
+                if i % 10 == 0 {
+                    ks.delete(key(i / 2)).expect("delete");
+                }
+            }
+        }
+        let names: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        let hint = names
+            .iter()
+            .find(|p| p.extension().is_some_and(|e| e == "hint"))
+            .expect("a hint");
+        let id: u32 = hint
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+            .expect("an id");
+        let good = std::fs::read(hint).expect("read");
+        let (entries, _) = hint::Entries::open(&good, id).expect("checks out");
+        let s = entries.summary().expect("version 4");
+        assert!(s.keyspaces.iter().any(|k| k.marks.len() > 1));
+        let totals = [
+            s.max_seq,
+            s.max_write_ms,
+            s.shadowing,
+            s.markers,
+            s.key_bytes,
+            s.max_end,
+        ];
+        let copy_with = |bytes: &[u8]| {
+            let copy = tempfile::tempdir().expect("dir");
+            for name in &names {
+                let to = copy.path().join(name.file_name().expect("name"));
+                if name == hint {
+                    std::fs::write(to, bytes).expect("write");
+                } else {
+                    std::fs::copy(name, to).expect("copy");
+                }
+            }
+            copy
+        };
+        for index in 0..7 {
+            let value = totals.get(index).map_or(0, |v| v + 1);
+            let copy = copy_with(&hint::with_summary_changed(&good, id, index, value));
+            match crate::Store::open_with(copy.path(), opts()) {
+                Err(Error::Corruption { .. }) => {}
+                other => panic!("summary total {index} changed: {:?}", other.map(drop)),
+            }
+        }
+        let copy = copy_with(&good);
+        let store = crate::Store::open_with(copy.path(), opts()).expect("open");
+        let ks = store.keyspace("a").expect("ks");
+        let deleted: std::collections::HashSet<String> =
+            (0..3_000u32).step_by(10).map(|i| key(i / 2)).collect();
+        let mut live = 0;
+        for i in 0..3_000u32 {
+            let got = ks.get(key(i)).expect("get");
+            if !deleted.contains(&key(i)) {
+                assert_eq!(got.as_deref(), Some(&[1u8; 40][..]), "{}", key(i));
+                live += 1;
+            }
+        }
+        assert!(live > 2_000);
     }
 
     fn rec(key: &[u8], seq: u64, file: u32) -> (Key, Entry) {

@@ -3,9 +3,9 @@
 //! ```text
 //! header (16 bytes)
 //!  0  8  magic "EBBDBHNT"
-//!  8  4  hint version: 3
+//!  8  4  hint version: 4 (3 is still read: the same without the summary)
 //! 12  4  segment id this hint describes
-//! version 3 body
+//! body
 //!  0  8  base_ms         the smallest write_ms of the entries (0 if none)
 //!     entries, one per put or tombstone record of the segment, sorted by keyspace, then key,
 //!     then newest first; integers are LEB128 varints (at most 10 bytes, no overlong form):
@@ -19,6 +19,10 @@
 //!        offset          varint, of the record in the segment
 //!        len             varint, of the whole record
 //!        key             key_len bytes
+//!     version 4: the summary (varints; [`Summary`]): per keyspace its id, byte range, count
+//!        and a mark (position, key) every [`MARK_EVERY`] entries; then the largest sequence
+//!        number and write time, shadowing entries, marker bytes, key bytes, largest record
+//!        end; then the summary's length as 8 bytes
 //! footer (16 bytes)
 //!  0  8  entry count
 //!  8  4  crc32 of every byte before the footer's crc (header, body, count)
@@ -26,13 +30,15 @@
 //! ```
 //! A version-3 entry for a 16-byte key takes about 33 bytes where version 2 took 56. Version-2
 //! hints (fixed 40-byte entries) belonged to format-2 directories, which this build does not
-//! open; one found anyway fails the version check and its segment is scanned. A hint is written complete
-//! and fsynced before the segment is published; a hint that fails any check is ignored and its
-//! segment scanned instead.
+//! open; one found anyway fails the version check and its segment is scanned. A hint is written
+//! complete and fsynced before the segment is published; a hint that fails any check made
+//! before it is used (header, footer, checksum, summary's shape) is ignored and its segment
+//! scanned instead. A version-4 summary that checks out is used before the entries are
+//! decoded; an entry that then disagrees with it fails the open (DESIGN.md §2.3).
 
 use byteorder::{ByteOrder, LittleEndian as LE};
 
-use super::record::{Kind, Meta, KNOWN_FLAGS};
+use super::record::{Kind, Meta, FLAG_MARKER, FLAG_SHADOWS, KNOWN_FLAGS};
 use super::varint::{self, unzigzag, zigzag};
 use super::{DecodeError, HINT_MAGIC};
 use crate::options::MAX_KEY_SIZE;
@@ -44,8 +50,12 @@ pub const HINT_HEADER_LEN: usize = 16;
 pub const HINT_ENTRY_LEN: usize = 40;
 /// The fewest bytes a version-3 entry takes (kind, flags, seven one-byte varints, empty key).
 pub const MIN_ENTRY_LEN: usize = 9;
-/// The hint version this build writes.
-pub const HINT_VERSION: u32 = 3;
+/// The hint version this build writes (version 3, the same entries without the summary, is
+/// still read).
+pub const HINT_VERSION: u32 = 4;
+/// A version-4 hint's summary marks the key and position of every this-many-th entry of each
+/// keyspace, from the first.
+pub const MARK_EVERY: usize = 256;
 /// Length of the footer.
 pub const HINT_FOOTER_LEN: usize = 16;
 
@@ -152,18 +162,25 @@ impl HintWriter {
     /// sorting every entry.
     #[must_use]
     pub fn finish(self) -> Vec<u8> {
-        self.finish_with(true)
+        self.finish_with(true, true)
     }
 
-    /// As [`HintWriter::finish`], but the entries in the order they were added: a hint no
-    /// writer of this build makes, for tests of what reads hints.
+    /// As [`HintWriter::finish`], but the entries in the order they were added, as version 3
+    /// (no summary): a hint no writer of this build makes, for tests of what reads hints.
     #[cfg(test)]
     #[must_use]
     pub(crate) fn finish_unsorted(self) -> Vec<u8> {
-        self.finish_with(false)
+        self.finish_with(false, false)
     }
 
-    fn finish_with(mut self, sorted: bool) -> Vec<u8> {
+    /// As [`HintWriter::finish`], as version 3 (no summary), as the builds before wrote.
+    #[cfg(test)]
+    #[must_use]
+    pub(crate) fn finish_v3(self) -> Vec<u8> {
+        self.finish_with(true, false)
+    }
+
+    fn finish_with(mut self, sorted: bool, summary: bool) -> Vec<u8> {
         let buf = &self.buf;
         // Each entry's sort fields decoded once, not at every comparison; the order is total
         // (sequence numbers are unique), so an unstable sort gives the one sorted result. The
@@ -207,7 +224,13 @@ impl HintWriter {
             .unwrap_or(0);
         let mut out = Vec::with_capacity(self.buf.len() / 2 + HINT_FOOTER_LEN);
         out.extend_from_slice(self.buf.get(..HINT_HEADER_LEN).unwrap_or_default());
+        if !summary {
+            if let Some(version) = out.get_mut(8..12) {
+                version.copy_from_slice(&3u32.to_le_bytes());
+            }
+        }
         out.extend_from_slice(&base_ms.to_le_bytes());
+        let mut sum = Summing::default();
         for &(_, _, _, _, start, end) in &order {
             let (Some(e), Some(key)) = (
                 buf.get(start..start + HINT_ENTRY_LEN),
@@ -215,6 +238,7 @@ impl HintWriter {
             ) else {
                 continue;
             };
+            sum.entry(out.len(), e, key);
             out.push(e[0]);
             out.push(e[1]);
             varint::put(&mut out, u64::from(LE::read_u32(&e[4..8])));
@@ -227,6 +251,9 @@ impl HintWriter {
             out.extend_from_slice(key);
         }
         drop(order);
+        if summary {
+            sum.write(&mut out);
+        }
         self.buf = out;
         let mut f = [0u8; 8];
         LE::write_u64(&mut f, self.count);
@@ -237,6 +264,215 @@ impl HintWriter {
         self.buf.extend_from_slice(&c);
         self.buf
     }
+}
+
+/// A keyspace's entries as the writer lays them out: id, first entry's position, end position,
+/// count, marks (position, key).
+type Laid = (u32, usize, usize, u64, Vec<(usize, Vec<u8>)>);
+
+/// What a version-4 hint's summary says, gathered as the writer encodes the entries in order.
+#[derive(Default)]
+struct Summing {
+    keyspaces: Vec<Laid>,
+    max_seq: u64,
+    max_write_ms: u64,
+    shadowing: u64,
+    markers: u64,
+    key_bytes: u64,
+    max_end: u64,
+}
+
+impl Summing {
+    /// Notes the entry `e` (in the writer's fixed layout) with key `key`, encoded from `at`.
+    fn entry(&mut self, at: usize, e: &[u8], key: &[u8]) {
+        let keyspace = LE::read_u32(&e[4..8]);
+        let seq = LE::read_u64(&e[16..24]);
+        let write_ms = LE::read_u64(&e[24..32]);
+        let end = u64::from(LE::read_u32(&e[32..36])) + u64::from(LE::read_u32(&e[36..40]));
+        let tombstone = e[0] == Kind::Tombstone as u8;
+        let flags = e[1];
+        if self.keyspaces.last().is_none_or(|k| k.0 != keyspace) {
+            self.keyspaces.push((keyspace, at, at, 0, Vec::new()));
+        }
+        if let Some(k) = self.keyspaces.last_mut() {
+            if usize::try_from(k.3).is_ok_and(|n| n.is_multiple_of(MARK_EVERY)) {
+                k.4.push((at, key.to_vec()));
+            }
+            k.3 += 1;
+        }
+        self.max_seq = self.max_seq.max(seq);
+        self.max_write_ms = self.max_write_ms.max(write_ms);
+        if flags & FLAG_SHADOWS != 0 || tombstone {
+            self.shadowing += 1;
+        }
+        if tombstone && flags & FLAG_MARKER != 0 {
+            self.markers += u64::from(LE::read_u32(&e[36..40]));
+        }
+        self.key_bytes += key.len() as u64;
+        self.max_end = self.max_end.max(end);
+    }
+
+    /// Appends the summary to `out` (which holds the entries, each keyspace's ending where
+    /// the next begins and the last's here), then its length.
+    fn write(mut self, out: &mut Vec<u8>) {
+        let end = out.len();
+        let starts: Vec<usize> = self.keyspaces.iter().skip(1).map(|k| k.1).collect();
+        for (k, next) in self
+            .keyspaces
+            .iter_mut()
+            .zip(starts.into_iter().chain([end]))
+        {
+            k.2 = next;
+        }
+        self.write_ranges_kept(out);
+    }
+
+    /// As [`Summing::write`], with the keyspaces' ranges as they are.
+    fn write_ranges_kept(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        varint::put(out, self.keyspaces.len() as u64);
+        for (keyspace, from, to, count, marks) in &self.keyspaces {
+            varint::put(out, u64::from(*keyspace));
+            varint::put(out, *from as u64);
+            varint::put(out, *to as u64);
+            varint::put(out, *count);
+            for (at, key) in marks {
+                varint::put(out, *at as u64);
+                varint::put(out, key.len() as u64);
+                out.extend_from_slice(key);
+            }
+        }
+        for v in [
+            self.max_seq,
+            self.max_write_ms,
+            self.shadowing,
+            self.markers,
+            self.key_bytes,
+            self.max_end,
+        ] {
+            varint::put(out, v);
+        }
+        let len = (out.len() - start) as u64;
+        out.extend_from_slice(&len.to_le_bytes());
+    }
+}
+
+/// Hint `b` of segment `segment_id` (version 4) with its summary's `index`-th total (0 the
+/// largest sequence number, then the largest write time, shadowing entries, marker bytes, key
+/// bytes, the largest record end; 6 moves the second mark of the first keyspace one byte
+/// on) set to `value`, and its checksum made right again: a summary that lies, as only a
+/// writer's bug could make one, for tests of what reads hints.
+#[cfg(test)]
+pub(crate) fn with_summary_changed(b: &[u8], segment_id: u32, index: usize, value: u64) -> Vec<u8> {
+    let (entries, count) = Entries::open(b, segment_id).expect("a good hint");
+    let summary = entries.summary().expect("version 4").clone();
+    let end = entries.body.len();
+    let mut out = b[..end].to_vec();
+    let mut sums = [
+        summary.max_seq,
+        summary.max_write_ms,
+        summary.shadowing,
+        summary.markers,
+        summary.key_bytes,
+        summary.max_end,
+    ];
+    if let Some(v) = sums.get_mut(index) {
+        *v = value;
+    }
+    let mut keyspaces: Vec<_> = summary
+        .keyspaces
+        .iter()
+        .map(|k| {
+            let marks = k
+                .marks
+                .iter()
+                .map(|&(at, key)| (at, key.to_vec()))
+                .collect();
+            (k.keyspace, k.from, k.to, k.count, marks)
+        })
+        .collect::<Vec<Laid>>();
+    if index == 6 {
+        if let Some(mark) = keyspaces.first_mut().and_then(|k| k.4.get_mut(1)) {
+            mark.0 += 1;
+        }
+    }
+    let [max_seq, max_write_ms, shadowing, markers, key_bytes, max_end] = sums;
+    let sum = Summing {
+        keyspaces,
+        max_seq,
+        max_write_ms,
+        shadowing,
+        markers,
+        key_bytes,
+        max_end,
+    };
+    sum.write_ranges_kept(&mut out);
+    out.extend_from_slice(&count.to_le_bytes());
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out
+}
+
+/// Checks a version-4 hint's summary against its entries, all decoded: each keyspace's range
+/// holds its count of that keyspace's entries, in order, each mark at its entry with its key,
+/// and the totals are the entries'. `Ok(false)` for a version-3 hint (nothing to check).
+/// Open checks the same as its merge decodes the entries (DESIGN.md §2.3); `ebbdb verify`
+/// calls this.
+///
+/// # Errors
+/// `BadField` for a summary that does not match its entries; what [`Entries::open`] and the
+/// entries' decoding find.
+pub fn check_summary(b: &[u8], segment_id: u32) -> Result<bool, DecodeError> {
+    let (entries, _) = Entries::open(b, segment_id)?;
+    let Some(summary) = entries.summary() else {
+        return Ok(false);
+    };
+    let mut sums = [0u64; 6];
+    for k in &summary.keyspaces {
+        let mut walk = Entries::resume(b, entries.base_ms, k.from, k.to);
+        let mut n = 0usize;
+        let mut last: Option<(&[u8], u64)> = None;
+        loop {
+            let at = walk.pos();
+            let Some(next) = walk.next() else { break };
+            let (meta, key, offset, len) = next?;
+            let mark = n
+                .is_multiple_of(MARK_EVERY)
+                .then(|| k.marks.get(n / MARK_EVERY));
+            let in_order = last.is_none_or(|(lk, ls)| lk.cmp(key).then(meta.seq.cmp(&ls)).is_le());
+            let mark_right = mark.is_none_or(|m| m == Some(&(at, key)));
+            if meta.keyspace != k.keyspace || !in_order || !mark_right {
+                return Err(DecodeError::BadField);
+            }
+            last = Some((key, meta.seq));
+            n += 1;
+            let tombstone = meta.kind == Kind::Tombstone;
+            sums[0] = sums[0].max(meta.seq);
+            sums[1] = sums[1].max(meta.write_ms);
+            sums[2] += u64::from(meta.flags & FLAG_SHADOWS != 0 || tombstone);
+            if tombstone && meta.flags & FLAG_MARKER != 0 {
+                sums[3] += u64::from(len);
+            }
+            sums[4] += key.len() as u64;
+            sums[5] = sums[5].max(u64::from(offset) + u64::from(len));
+        }
+        if n as u64 != k.count {
+            return Err(DecodeError::BadField);
+        }
+    }
+    let said = [
+        summary.max_seq,
+        summary.max_write_ms,
+        summary.shadowing,
+        summary.markers,
+        summary.key_bytes,
+        summary.max_end,
+    ];
+    if sums != said {
+        return Err(DecodeError::BadField);
+    }
+    Ok(true)
 }
 
 /// Decodes a whole hint file for segment `segment_id`.
@@ -311,6 +547,8 @@ pub struct Entries<'b> {
     /// Where the next entry starts.
     pos: usize,
     base_ms: u64,
+    /// A version-4 hint's summary, parsed.
+    summary: Option<Summary<'b>>,
 }
 
 impl<'b> Entries<'b> {
@@ -321,18 +559,30 @@ impl<'b> Entries<'b> {
     /// # Errors
     /// As [`decode`], for what is checked before the entries.
     pub fn open(b: &'b [u8], segment_id: u32) -> Result<(Self, u64), DecodeError> {
-        let (body_end, count) = check(b, segment_id)?;
+        let (body_end, count, summary) = check(b, segment_id)?;
         let base_ms = b
             .get(HINT_HEADER_LEN..HINT_HEADER_LEN + 8)
             .map(LE::read_u64)
             .ok_or(DecodeError::Truncated)?;
         let body = b.get(..body_end).ok_or(DecodeError::Truncated)?;
+        let start = HINT_HEADER_LEN + 8;
+        let summary = summary
+            .map(|range| parse_summary(b, range, (start, body_end), count))
+            .transpose()?;
         let entries = Self {
             body,
-            pos: HINT_HEADER_LEN + 8,
+            pos: start,
             base_ms,
+            summary,
         };
         Ok((entries, count))
+    }
+
+    /// A version-4 hint's summary (checked as far as it can be without decoding the entries);
+    /// none for version 3.
+    #[must_use]
+    pub fn summary(&self) -> Option<&Summary<'b>> {
+        self.summary.as_ref()
     }
 
     /// Where the next entry starts, in the hint's bytes.
@@ -357,6 +607,7 @@ impl<'b> Entries<'b> {
             body,
             pos: from.min(body.len()),
             base_ms,
+            summary: None,
         }
     }
 
@@ -420,8 +671,12 @@ impl<'b> Iterator for Entries<'b> {
     }
 }
 
-/// Checks header, footer and CRC; returns where the entries end and the entry count.
-fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64), DecodeError> {
+/// Where a hint's entries end, their count and, for a version-4 hint, where its summary lies.
+type Checked = (usize, u64, Option<(usize, usize)>);
+
+/// Checks header, footer and CRC; returns where the entries end, the entry count and, for a
+/// version-4 hint, where its summary lies.
+fn check(b: &[u8], segment_id: u32) -> Result<Checked, DecodeError> {
     if b.len() < HINT_HEADER_LEN + HINT_FOOTER_LEN {
         return Err(DecodeError::Truncated);
     }
@@ -435,7 +690,10 @@ fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64), DecodeError> {
         return Err(DecodeError::BadField);
     }
     let version = LE::read_u32(&b[8..12]);
-    if b[0..8] != HINT_MAGIC || version != HINT_VERSION || LE::read_u32(&b[12..16]) != segment_id {
+    if b[0..8] != HINT_MAGIC
+        || !(3..=HINT_VERSION).contains(&version)
+        || LE::read_u32(&b[12..16]) != segment_id
+    {
         return Err(DecodeError::BadField);
     }
     let count = LE::read_u64(&footer[0..8]);
@@ -443,11 +701,137 @@ fn check(b: &[u8], segment_id: u32) -> Result<(usize, u64), DecodeError> {
     if body_end < entries_start {
         return Err(DecodeError::Truncated);
     }
-    let max_entries = (body_end - entries_start) / MIN_ENTRY_LEN;
+    let (entries_end, summary) = if version >= 4 {
+        // The summary's length is the body's last 8 bytes; the summary lies before them.
+        let len_at = body_end.checked_sub(8).filter(|&at| at >= entries_start);
+        let len_at = len_at.ok_or(DecodeError::Truncated)?;
+        let len = usize::try_from(LE::read_u64(&b[len_at..body_end]))
+            .map_err(|_| DecodeError::BadLength)?;
+        let start = len_at
+            .checked_sub(len)
+            .filter(|&at| at >= entries_start)
+            .ok_or(DecodeError::BadLength)?;
+        (start, Some((start, len_at)))
+    } else {
+        (body_end, None)
+    };
+    let max_entries = (entries_end - entries_start) / MIN_ENTRY_LEN;
     if count > max_entries as u64 {
         return Err(DecodeError::BadLength);
     }
-    Ok((body_end, count))
+    Ok((entries_end, count, summary))
+}
+
+/// One keyspace's entries in a version-4 hint, as its summary gives them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyspaceEntries<'b> {
+    pub keyspace: u32,
+    /// The entries lie at bytes `from..to` of the hint.
+    pub from: usize,
+    pub to: usize,
+    pub count: u64,
+    /// The position and key of every [`MARK_EVERY`]-th entry, from the first.
+    pub marks: Vec<(usize, &'b [u8])>,
+}
+
+/// What a version-4 hint's summary says of its entries: where each keyspace's lie, and what
+/// open would otherwise count by decoding them all (DESIGN.md §2.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary<'b> {
+    /// In keyspace order, each keyspace's entries after the one before.
+    pub keyspaces: Vec<KeyspaceEntries<'b>>,
+    pub max_seq: u64,
+    pub max_write_ms: u64,
+    /// Entries with `FLAG_SHADOWS`, and tombstones.
+    pub shadowing: u64,
+    /// Bytes of the tombstones with `FLAG_MARKER`.
+    pub markers: u64,
+    /// Bytes of all the keys.
+    pub key_bytes: u64,
+    /// The largest offset plus length of a record.
+    pub max_end: u64,
+}
+
+/// Parses the summary at `b[from..to]` of a hint whose entries lie at `entries` and number
+/// `count`, and checks that it is consistent with them: keyspaces in order, each holding
+/// entries, their ranges one after another covering every entry, the counts adding up to the
+/// footer's, a mark for every [`MARK_EVERY`]-th entry, the first at the keyspace's first
+/// entry, each after the one before and inside its keyspace's range, every key within the
+/// size limit. What it cannot check without decoding every entry (that each mark's position
+/// is an entry's and its key that entry's, that the entries are in order and the totals
+/// right) the reader checks as it decodes them.
+fn parse_summary(
+    b: &[u8],
+    (from, to): (usize, usize),
+    entries: (usize, usize),
+    count: u64,
+) -> Result<Summary<'_>, DecodeError> {
+    let body = b.get(..to).ok_or(DecodeError::Truncated)?;
+    let mut pos = from;
+    let get = |pos: &mut usize| varint::get(body, pos);
+    let size = |v: u64| usize::try_from(v).map_err(|_| DecodeError::BadLength);
+    let n = get(&mut pos)?;
+    let mut keyspaces = Vec::new();
+    let mut next_from = entries.0;
+    let mut total = 0u64;
+    for _ in 0..n {
+        let keyspace = u32::try_from(get(&mut pos)?).map_err(|_| DecodeError::BadField)?;
+        let (k_from, k_to) = (size(get(&mut pos)?)?, size(get(&mut pos)?)?);
+        let k_count = get(&mut pos)?;
+        let ordered = keyspaces
+            .last()
+            .is_none_or(|k: &KeyspaceEntries<'_>| k.keyspace < keyspace);
+        if !ordered || k_from != next_from || k_to <= k_from || k_to > entries.1 || k_count == 0 {
+            return Err(DecodeError::BadField);
+        }
+        if k_count > ((k_to - k_from) / MIN_ENTRY_LEN) as u64 {
+            return Err(DecodeError::BadLength);
+        }
+        let n_marks = size(k_count.div_ceil(MARK_EVERY as u64))?;
+        let mut marks: Vec<(usize, &[u8])> = Vec::with_capacity(n_marks.min(to - from));
+        for i in 0..n_marks {
+            let at = size(get(&mut pos)?)?;
+            let len = size(get(&mut pos)?)?;
+            let key = body
+                .get(pos..pos.checked_add(len).ok_or(DecodeError::BadLength)?)
+                .ok_or(DecodeError::Truncated)?;
+            pos += len;
+            let after_last = marks.last().is_none_or(|&(last, _)| last < at);
+            if len > MAX_KEY_SIZE || (i == 0 && at != k_from) || !after_last || at >= k_to {
+                return Err(DecodeError::BadField);
+            }
+            marks.push((at, key));
+        }
+        total = total.checked_add(k_count).ok_or(DecodeError::BadLength)?;
+        next_from = k_to;
+        keyspaces.push(KeyspaceEntries {
+            keyspace,
+            from: k_from,
+            to: k_to,
+            count: k_count,
+            marks,
+        });
+    }
+    if next_from != entries.1 || total != count {
+        return Err(DecodeError::BadLength);
+    }
+    let mut sums = [0u64; 6];
+    for v in &mut sums {
+        *v = get(&mut pos)?;
+    }
+    if pos != to {
+        return Err(DecodeError::BadLength);
+    }
+    let [max_seq, max_write_ms, shadowing, markers, key_bytes, max_end] = sums;
+    Ok(Summary {
+        keyspaces,
+        max_seq,
+        max_write_ms,
+        shadowing,
+        markers,
+        key_bytes,
+        max_end,
+    })
 }
 
 fn kind_of(b: u8) -> Result<Kind, DecodeError> {
@@ -538,8 +922,38 @@ mod tests {
         // seq 3, write_ms - base 0, offset 32, len 77.
         assert_eq!(LE::read_u64(&b[16..24]), 1234);
         assert_eq!(&b[24..33], &[1, FLAG_SHADOWS, 2, 1, 0, 3, 0, 32, 77]);
-        // Four entries of 9 bytes plus their 5 key bytes.
-        assert_eq!(b.len(), HINT_HEADER_LEN + 8 + 4 * 9 + 5 + HINT_FOOTER_LEN);
+        // Four entries of 9 bytes plus their 5 key bytes, then the summary: one keyspace (its
+        // count, id, from 24, to 65, count 4, one mark: position 24 and the empty key: 7
+        // bytes), the totals (max seq 4, max write_ms 1234 in two bytes, 4 shadowing, 0
+        // marker bytes, 5 key bytes, largest end 109: 7 bytes), and its length (8).
+        assert_eq!(
+            b.len(),
+            HINT_HEADER_LEN + 8 + 4 * 9 + 5 + 7 + 7 + 8 + HINT_FOOTER_LEN
+        );
+        let (all, _) = Entries::open(&b, 9).expect("checks out");
+        let summary = all.summary().expect("version 4");
+        assert_eq!(
+            summary.keyspaces,
+            vec![KeyspaceEntries {
+                keyspace: 2,
+                from: 24,
+                to: 65,
+                count: 4,
+                marks: vec![(24, &b""[..])],
+            }]
+        );
+        let totals = (summary.max_seq, summary.max_write_ms, summary.shadowing);
+        assert_eq!(totals, (4, 1234, 4));
+        let rest = (summary.markers, summary.key_bytes, summary.max_end);
+        assert_eq!(rest, (0, 5, 109));
+        // Version 3: the same without the summary.
+        let mut w = HintWriter::new(9);
+        for e in &entries {
+            w.add(&e.meta, &e.key, e.offset, e.len);
+        }
+        let v3 = w.finish_v3();
+        assert_eq!(v3.len(), HINT_HEADER_LEN + 8 + 4 * 9 + 5 + HINT_FOOTER_LEN);
+        assert_eq!(decode(&v3, 9), decode(&b, 9));
     }
 
     #[test]
@@ -662,6 +1076,37 @@ mod tests {
             LE::write_u32(&mut b[crc_end..crc_end + 4], crc);
             assert_eq!(decode(&b, 9), Err(DecodeError::BadField), "bit {bit}");
         }
+    }
+
+    /// A version-4 hint's summary checks out against its entries; a version-3 hint has none;
+    /// a summary with any total or a mark changed does not.
+    #[test]
+    fn a_summary_is_checked_against_every_entry() {
+        let mut w = HintWriter::new(3);
+        for i in 0..1_000u64 {
+            let mut e = entry(i * 3 + 1, format!("key-{:05}", i * 7919 % 1_000).as_bytes());
+            e.meta.keyspace = 1 + (i % 3) as u32;
+            if i % 5 == 0 {
+                e.meta.kind = Kind::Tombstone;
+                e.meta.flags = FLAG_MARKER;
+            }
+            w.add(&e.meta, &e.key, e.offset, e.len);
+        }
+        let good = w.finish();
+        assert_eq!(check_summary(&good, 3), Ok(true));
+        let (entries, _) = Entries::open(&good, 3).expect("checks out");
+        let summary = entries.summary().expect("version 4");
+        assert_eq!(summary.keyspaces.len(), 3);
+        assert!(summary.keyspaces.iter().all(|k| k.marks.len() == 2));
+        assert!(summary.markers > 0 && summary.shadowing >= 200);
+        for index in 0..7 {
+            let bad = with_summary_changed(&good, 3, index, 12_345);
+            assert_ne!(check_summary(&bad, 3), Ok(true), "total {index}");
+        }
+        let mut w = HintWriter::new(3);
+        let e = entry(1, b"k");
+        w.add(&e.meta, &e.key, e.offset, e.len);
+        assert_eq!(check_summary(&w.finish_v3(), 3), Ok(false));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use super::{
-    loaded_entry, merge_runs_with, FileIdHasher, FileLive, HintRun, Run, LOADED_TOMBSTONE,
+    loaded_entry, merge_runs_with, FileIdHasher, FileLive, HintRun, Run, Tally, LOADED_TOMBSTONE,
 };
 use crate::compaction::policy;
 use crate::expiry::timers::{Filing, Timers};
@@ -96,6 +96,8 @@ pub(super) struct Survivors {
     /// Puts freed because they expired and were reported before the last close:
     /// `(file, record length, deadline)`.
     pub(super) expired: Vec<(u32, u64, u64)>,
+    /// What the merge decoded of each hint run read in place: `(file, tally)`.
+    pub(super) tallies: Vec<(u32, Tally)>,
 }
 
 impl Survivors {
@@ -108,6 +110,7 @@ impl Survivors {
             self.live.entry(file).or_default().add(&l);
         }
         self.expired.extend(other.expired);
+        self.tallies.extend(other.tallies);
     }
 }
 
@@ -155,12 +158,11 @@ type Job<'r> = (Option<Key>, Vec<Piece<'r>>);
 /// A shard's piece of one run.
 enum Piece<'r> {
     Decoded(&'r mut [(Key, Entry)]),
-    /// The entries of a hint run from byte `from` to byte `to`, `len` of them.
+    /// The entries of a hint run from byte `from` to byte `to`.
     Hint {
         run: &'r HintRun,
         from: usize,
         to: usize,
-        len: usize,
     },
 }
 
@@ -169,14 +171,15 @@ impl<'r> Piece<'r> {
     fn len(&self) -> usize {
         match self {
             Piece::Decoded(p) => p.len(),
-            Piece::Hint { len, .. } => *len,
+            Piece::Hint { run, from, to } => run.entries(*from, *to).count(),
         }
     }
 
     fn is_empty(&self) -> bool {
         match self {
             Piece::Decoded(p) => p.is_empty(),
-            Piece::Hint { len, .. } => *len == 0,
+            // By its bytes: the count comes from the marks' places.
+            Piece::Hint { from, to, .. } => from >= to,
         }
     }
 
@@ -187,6 +190,8 @@ impl<'r> Piece<'r> {
             Piece::Hint { run, from, to, .. } => Records::Hint {
                 entries: run.entries(from, to),
                 run,
+                last: None,
+                tally: Tally::default(),
             },
         }
     }
@@ -198,6 +203,10 @@ enum Records<'r> {
     Hint {
         entries: crate::format::hint::Entries<'r>,
         run: &'r HintRun,
+        /// The key and sequence number of the entry before.
+        last: Option<(&'r [u8], u64)>,
+        /// What was decoded, added to the run's when the piece ends.
+        tally: Tally,
     },
 }
 
@@ -207,16 +216,36 @@ impl Iterator for Records<'_> {
     fn next(&mut self) -> Option<(Key, Entry)> {
         match self {
             Records::Decoded(it) => it.next().map(|(k, e)| (std::mem::take(k), *e)),
-            Records::Hint { entries, run } => match entries.next()? {
-                Ok((meta, key, offset, len)) => Some((
+            Records::Hint {
+                entries,
+                run,
+                last,
+                tally,
+            } => {
+                let Some(next) = entries.next() else {
+                    run.tally.lock().absorb(tally);
+                    *tally = Tally::default();
+                    return None;
+                };
+                let Ok((meta, key, offset, len)) = next else {
+                    return run.broke();
+                };
+                tally.add(&meta, key, offset, len);
+                // In its keyspace, in order (key, then newest first), inside its segment.
+                let in_order =
+                    last.is_none_or(|(k, seq)| k.cmp(key).then(meta.seq.cmp(&seq)).is_le());
+                if meta.keyspace != run.keyspace
+                    || !in_order
+                    || u64::from(offset) + u64::from(len) > run.seg_len
+                {
+                    return run.broke();
+                }
+                *last = Some((key, meta.seq));
+                Some((
                     Key::from_slice(key),
                     loaded_entry(run.file, offset, len, &meta),
-                )),
-                Err(_) => {
-                    run.broken.store(true, std::sync::atomic::Ordering::Relaxed);
-                    None
-                }
-            },
+                ))
+            }
         }
     }
 }
@@ -387,7 +416,6 @@ fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
                         run,
                         from: start.0,
                         to: end.0,
-                        len: end.1.saturating_sub(start.1),
                     };
                     if !piece.is_empty() {
                         jobs[i].1.push(piece);
@@ -437,10 +465,21 @@ pub(super) fn build(
         parts.push(part);
         all.absorb(acc);
     }
+    // A run whose entries did not decode, or whose pieces did not decode as many entries as
+    // its count (its marks would be wrong), fails the open.
     let broken = runs.iter().find_map(|run| match run {
-        Run::Hint(h) if h.broken.load(std::sync::atomic::Ordering::Relaxed) => Some(h.file),
+        Run::Hint(h)
+            if h.broken.load(std::sync::atomic::Ordering::Relaxed)
+                || h.tally.lock().count != h.len as u64 =>
+        {
+            Some(h.file)
+        }
         _ => None,
     });
+    all.tallies.extend(runs.iter().filter_map(|run| match run {
+        Run::Hint(h) => Some((h.file, *h.tally.lock())),
+        Run::Decoded(_) => None,
+    }));
     // The runs' records were moved out by the merges, but dropping them still visits each
     // (10 ms at 1 M records): their room goes before the map's, on every core.
     super::side_by_side(runs, threads, false, |(), run| drop(run));
