@@ -13,6 +13,7 @@
 //! | 0 / 1          | the active segment: raw / valid header + records with fixed CRCs  |
 //! | 2 / 3          | a sealed segment (its hint removed): raw / fixed                  |
 //! | 4 / 5          | a sealed segment's hint file: raw / header + entries + footer     |
+//! |                | (5: as version 4 when the entries decode and `data[0] < 100`)    |
 //! | 6 / 7          | `MANIFEST`: raw / valid header + the bytes as the JSON body       |
 //! | 8 / 9          | `CLOCK`: raw / magic + version + 28 bytes + valid CRC             |
 //!
@@ -318,6 +319,9 @@ fn files_for(data: &[u8]) -> Vec<(String, Vec<u8>)> {
     let bytes = match sel {
         1 => wrap_segment(t.active, original, payload),
         3 => wrap_segment(sealed, original, payload),
+        // From 100 on, the hint stays version 3 (read in place after a pass over it, or, out
+        // of order, decoded); below, a body that decodes is written as version 4.
+        5 if data.first().is_some_and(|&b| b >= 100) => wrap_hint_v3(sealed, payload),
         5 => wrap_hint(sealed, payload),
         7 => wrap_manifest(payload),
         9 => wrap_clock(payload),
@@ -467,6 +471,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             // ever reach the rejection path.
             assert_eq!(wrap_hint(*id, body), hint, "wrap_hint rebuilds the hint");
             out.push(with(base + 5, body));
+            out.push(with(base + 105, body));
         }
     }
     let manifest = file("MANIFEST");

@@ -258,6 +258,17 @@ impl Run {
     }
 }
 
+/// The error for a hint whose entries, decoded by the merge, are not what was checked before
+/// (its summary, its marks, or its bytes changed under the mapping).
+fn hint_mismatch(dir: &Path, file: u32) -> Error {
+    Error::corruption(
+        hint_path(dir, file),
+        0,
+        "hint's entries do not match its summary (or the file changed while open read it); \
+         deleting the hint lets open scan its segment",
+    )
+}
+
 /// A hint file's bytes: mapped, or read where mapping failed (and in tests).
 enum HintBytes {
     Mapped(memmap2::Mmap),
@@ -624,13 +635,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             opts.open_shard_records,
             threads,
         )
-        .map_err(|file| {
-            Error::corruption(
-                hint_path(dir, file),
-                0,
-                "hint changed while the store was being opened",
-            )
-        })?;
+        .map_err(|file| hint_mismatch(dir, file))?;
         if found.deadlines.count > 0 {
             with_timers.push(meta.id);
         }
@@ -657,16 +662,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     for (_, runs) in std::mem::take(&mut loader.runs) {
         for run in runs {
             let Run::Hint(h) = run else { continue };
-            let mut tally = Tally::default();
-            for entry in h.entries(h.from, h.to) {
-                let Ok((meta, key, offset, len)) = entry else {
-                    return Err(Error::corruption(
-                        hint_path(dir, h.file),
-                        0,
-                        "hint changed while the store was being opened",
-                    ));
-                };
-                tally.add(&meta, key, offset, len);
+            // Checked as the merge checks its pieces: keyspace, order, marks, segment.
+            build::Records::whole(&h).for_each(drop);
+            let tally = *h.tally.lock();
+            if h.broken.load(Ordering::Relaxed) || tally.count != h.len as u64 {
+                return Err(hint_mismatch(dir, h.file));
             }
             found_all.tallies.push((h.file, tally));
         }
@@ -680,11 +680,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             },
         );
         if found != *said {
-            return Err(Error::corruption(
-                hint_path(dir, *file),
-                0,
-                "hint's summary does not match its entries",
-            ));
+            return Err(hint_mismatch(dir, *file));
         }
     }
 
@@ -1118,8 +1114,9 @@ fn load_hint(
         loader.max_seq = loader.max_seq.max(summary.max_seq);
         loader.max_write_ms = loader.max_write_ms.max(summary.max_write_ms);
         let stats = loader.stats_of(id);
-        stats.hint_bytes +=
-            summary.key_bytes + count.saturating_mul(crate::compaction::policy::HINT_ENTRY_BYTES);
+        stats.hint_bytes += summary
+            .key_bytes
+            .saturating_add(count.saturating_mul(crate::compaction::policy::HINT_ENTRY_BYTES));
         stats.shadowing += summary.shadowing;
         stats.markers += summary.markers;
         loader
@@ -1594,7 +1591,8 @@ mod tests {
     }
 
     /// A version-4 hint whose summary does not match its entries (each total changed, a mark
-    /// moved) fails the open rather than let open use what it says; the hint as written opens
+    /// moved or given another entry's key, entries said to be a keyspace the manifest does not
+    /// list) fails the open rather than let open use what it says; the hint as written opens
     /// and reads back every key.
     #[test]
     fn a_summary_that_does_not_match_its_entries_fails_the_open() {
@@ -1636,7 +1634,8 @@ mod tests {
         let good = std::fs::read(hint).expect("read");
         let (entries, _) = hint::Entries::open(&good, id).expect("checks out");
         let s = entries.summary().expect("version 4");
-        assert!(s.keyspaces.iter().any(|k| k.marks.len() > 1));
+        // The second mark of the first keyspace is the one moved.
+        assert!(s.keyspaces.first().is_some_and(|k| k.marks.len() > 1));
         let totals = [
             s.max_seq,
             s.max_write_ms,
@@ -1657,7 +1656,7 @@ mod tests {
             }
             copy
         };
-        for index in 0..7 {
+        for index in 0..9 {
             let value = totals.get(index).map_or(0, |v| v + 1);
             let copy = copy_with(&hint::with_summary_changed(&good, id, index, value));
             match crate::Store::open_with(copy.path(), opts()) {

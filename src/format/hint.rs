@@ -359,9 +359,10 @@ impl Summing {
 
 /// Hint `b` of segment `segment_id` (version 4) with its summary's `index`-th total (0 the
 /// largest sequence number, then the largest write time, shadowing entries, marker bytes, key
-/// bytes, the largest record end; 6 moves the second mark of the first keyspace one byte
-/// on) set to `value`, and its checksum made right again: a summary that lies, as only a
-/// writer's bug could make one, for tests of what reads hints.
+/// bytes, the largest record end) set to `value`, or (6) the second mark of the first keyspace
+/// moved one byte on, (7) given the first mark's key, or (8) the first keyspace's entries from
+/// its second mark on said to be the next keyspace id's; and its checksum made right again: a
+/// summary that lies, as only a writer's bug could make one, for tests of what reads hints.
 #[cfg(test)]
 pub(crate) fn with_summary_changed(b: &[u8], segment_id: u32, index: usize, value: u64) -> Vec<u8> {
     let (entries, count) = Entries::open(b, segment_id).expect("a good hint");
@@ -391,10 +392,37 @@ pub(crate) fn with_summary_changed(b: &[u8], segment_id: u32, index: usize, valu
             (k.keyspace, k.from, k.to, k.count, marks)
         })
         .collect::<Vec<Laid>>();
-    if index == 6 {
-        if let Some(mark) = keyspaces.first_mut().and_then(|k| k.4.get_mut(1)) {
-            mark.0 += 1;
+    let first_key = keyspaces
+        .first()
+        .and_then(|k| k.4.first())
+        .map(|m| m.1.clone());
+    match index {
+        6 => {
+            if let Some(mark) = keyspaces.first_mut().and_then(|k| k.4.get_mut(1)) {
+                mark.0 += 1;
+            }
         }
+        7 => {
+            if let (Some(mark), Some(key)) = (
+                keyspaces.first_mut().and_then(|k| k.4.get_mut(1)),
+                first_key,
+            ) {
+                mark.1 = key;
+            }
+        }
+        8 => {
+            // The first keyspace's entries from its second mark on, said to be the next
+            // keyspace id's.
+            if let Some(k) = keyspaces.first_mut().filter(|k| k.4.len() > 1) {
+                let rest: Vec<(usize, Vec<u8>)> = k.4.split_off(1);
+                let at = rest[0].0;
+                let moved = (k.0 + 1, at, k.2, k.3 - MARK_EVERY as u64, rest);
+                k.2 = at;
+                k.3 = MARK_EVERY as u64;
+                keyspaces.insert(1, moved);
+            }
+        }
+        _ => {}
     }
     let [max_seq, max_write_ms, shadowing, markers, key_bytes, max_end] = sums;
     let sum = Summing {
@@ -548,7 +576,7 @@ pub struct Entries<'b> {
     pos: usize,
     base_ms: u64,
     /// A version-4 hint's summary, parsed.
-    summary: Option<Summary<'b>>,
+    summary: Option<Box<Summary<'b>>>,
 }
 
 impl<'b> Entries<'b> {
@@ -567,7 +595,7 @@ impl<'b> Entries<'b> {
         let body = b.get(..body_end).ok_or(DecodeError::Truncated)?;
         let start = HINT_HEADER_LEN + 8;
         let summary = summary
-            .map(|range| parse_summary(b, range, (start, body_end), count))
+            .map(|range| parse_summary(b, range, (start, body_end), count).map(Box::new))
             .transpose()?;
         let entries = Self {
             body,
@@ -582,7 +610,7 @@ impl<'b> Entries<'b> {
     /// none for version 3.
     #[must_use]
     pub fn summary(&self) -> Option<&Summary<'b>> {
-        self.summary.as_ref()
+        self.summary.as_deref()
     }
 
     /// Where the next entry starts, in the hint's bytes.
@@ -1099,7 +1127,7 @@ mod tests {
         assert_eq!(summary.keyspaces.len(), 3);
         assert!(summary.keyspaces.iter().all(|k| k.marks.len() == 2));
         assert!(summary.markers > 0 && summary.shadowing >= 200);
-        for index in 0..7 {
+        for index in 0..9 {
             let bad = with_summary_changed(&good, 3, index, 12_345);
             assert_ne!(check_summary(&bad, 3), Ok(true), "total {index}");
         }

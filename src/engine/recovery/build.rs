@@ -16,6 +16,7 @@ use std::hash::BuildHasherDefault;
 use super::{
     loaded_entry, merge_runs_with, FileIdHasher, FileLive, HintRun, Run, Tally, LOADED_TOMBSTONE,
 };
+
 use crate::compaction::policy;
 use crate::expiry::timers::{Filing, Timers};
 use crate::expiry::Timer;
@@ -152,17 +153,24 @@ impl Rules<'_> {
     }
 }
 
+/// A shard's first key (none for the first) and the next shard's (none for the last).
+type Bounds = (Option<Key>, Option<Key>);
+
 /// A shard to build: its first key (none for the first) and its piece of every run.
 type Job<'r> = (Option<Key>, Vec<Piece<'r>>);
 
 /// A shard's piece of one run.
 enum Piece<'r> {
     Decoded(&'r mut [(Key, Entry)]),
-    /// The entries of a hint run from byte `from` to byte `to`.
+    /// The entries of a hint run from byte `from` to byte `to`, the first of them the run's
+    /// `index`-th, their keys within the shard's `bounds` (its first key, the next shard's
+    /// first key).
     Hint {
         run: &'r HintRun,
         from: usize,
         to: usize,
+        index: usize,
+        bounds: Bounds,
     },
 }
 
@@ -171,7 +179,7 @@ impl<'r> Piece<'r> {
     fn len(&self) -> usize {
         match self {
             Piece::Decoded(p) => p.len(),
-            Piece::Hint { run, from, to } => run.entries(*from, *to).count(),
+            Piece::Hint { run, from, to, .. } => run.entries(*from, *to).count(),
         }
     }
 
@@ -187,18 +195,26 @@ impl<'r> Piece<'r> {
     fn records(self) -> Records<'r> {
         match self {
             Piece::Decoded(p) => Records::Decoded(p.iter_mut()),
-            Piece::Hint { run, from, to, .. } => Records::Hint {
+            Piece::Hint {
+                run,
+                from,
+                to,
+                index,
+                bounds,
+            } => Records::Hint {
                 entries: run.entries(from, to),
                 run,
                 last: None,
                 tally: Tally::default(),
+                index,
+                bounds,
             },
         }
     }
 }
 
 /// The records of a [`Piece`].
-enum Records<'r> {
+pub(super) enum Records<'r> {
     Decoded(std::slice::IterMut<'r, (Key, Entry)>),
     Hint {
         entries: crate::format::hint::Entries<'r>,
@@ -207,7 +223,24 @@ enum Records<'r> {
         last: Option<(&'r [u8], u64)>,
         /// What was decoded, added to the run's when the piece ends.
         tally: Tally,
+        /// The index in the run of the next entry.
+        index: usize,
+        bounds: Bounds,
     },
+}
+
+impl<'r> Records<'r> {
+    /// All of hint run `run`'s entries, checked as the merge checks them.
+    pub(super) fn whole(run: &'r HintRun) -> Self {
+        Records::Hint {
+            entries: run.entries(run.from, run.to),
+            run,
+            last: None,
+            tally: Tally::default(),
+            index: 0,
+            bounds: (None, None),
+        }
+    }
 }
 
 impl Iterator for Records<'_> {
@@ -221,7 +254,10 @@ impl Iterator for Records<'_> {
                 run,
                 last,
                 tally,
+                index,
+                bounds,
             } => {
+                let at = entries.pos();
                 let Some(next) = entries.next() else {
                     run.tally.lock().absorb(tally);
                     *tally = Tally::default();
@@ -231,11 +267,24 @@ impl Iterator for Records<'_> {
                     return run.broke();
                 };
                 tally.add(&meta, key, offset, len);
-                // In its keyspace, in order (key, then newest first), inside its segment.
+                // In its keyspace, in order (key, then newest first), inside its shard and its
+                // segment, and where a mark is, the entry the mark names: so a summary's
+                // ranges and marks are held to the entries before anything built from them
+                // is kept (DESIGN.md §2.3).
                 let in_order =
                     last.is_none_or(|(k, seq)| k.cmp(key).then(meta.seq.cmp(&seq)).is_le());
+                let in_shard = bounds.0.as_ref().is_none_or(|l| key >= l.as_slice())
+                    && bounds.1.as_ref().is_none_or(|u| key < u.as_slice());
+                let marked = !index.is_multiple_of(super::MARK_EVERY)
+                    || run
+                        .marks
+                        .get(*index / super::MARK_EVERY)
+                        .is_some_and(|(k, pos)| *pos == at && k.as_slice() == key);
+                *index += 1;
                 if meta.keyspace != run.keyspace
                     || !in_order
+                    || !in_shard
+                    || !marked
                     || u64::from(offset) + u64::from(len) > run.seg_len
                 {
                     return run.broke();
@@ -408,14 +457,17 @@ fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
                 let run: &HintRun = run;
                 let mut start = (run.from, 0);
                 for i in 0..jobs.len() {
-                    let end = match jobs.get(i + 1) {
-                        Some((Some(next), _)) => run.cut(next, start),
-                        _ => (run.to, run.len),
+                    let next = jobs.get(i + 1).and_then(|(k, _)| k.clone());
+                    let end = match &next {
+                        Some(next) => run.cut(next, start),
+                        None => (run.to, run.len),
                     };
                     let piece = Piece::Hint {
                         run,
                         from: start.0,
                         to: end.0,
+                        index: start.1,
+                        bounds: (jobs[i].0.clone(), next),
                     };
                     if !piece.is_empty() {
                         jobs[i].1.push(piece);
