@@ -319,53 +319,20 @@ struct HintRun {
 #[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
 struct Tally {
     count: u64,
-    max_seq: u64,
-    max_write_ms: u64,
-    shadowing: u64,
-    markers: u64,
-    key_bytes: u64,
-    /// The largest offset plus length of a record.
-    max_end: u64,
+    totals: hint::Totals,
 }
 
 impl Tally {
     /// Counts an entry.
     fn add(&mut self, meta: &Meta, key: &[u8], offset: u32, len: u32) {
         self.count += 1;
-        self.max_end = self.max_end.max(u64::from(offset) + u64::from(len));
-        self.max_seq = self.max_seq.max(meta.seq);
-        self.max_write_ms = self.max_write_ms.max(meta.write_ms);
-        if meta.flags & FLAG_SHADOWS != 0 || meta.kind == Kind::Tombstone {
-            self.shadowing += 1;
-        }
-        if meta.kind == Kind::Tombstone && meta.flags & FLAG_MARKER != 0 {
-            self.markers += u64::from(len);
-        }
-        self.key_bytes += key.len() as u64;
+        self.totals.add(meta, key, offset, len);
     }
 
     /// Counts what `other` counted too.
     fn absorb(&mut self, other: &Tally) {
         self.count += other.count;
-        self.max_seq = self.max_seq.max(other.max_seq);
-        self.max_write_ms = self.max_write_ms.max(other.max_write_ms);
-        self.shadowing += other.shadowing;
-        self.markers += other.markers;
-        self.key_bytes += other.key_bytes;
-        self.max_end = self.max_end.max(other.max_end);
-    }
-
-    /// What a version-4 hint's summary says its `count` entries hold.
-    fn of_summary(summary: &hint::Summary<'_>, count: u64) -> Self {
-        Self {
-            count,
-            max_seq: summary.max_seq,
-            max_write_ms: summary.max_write_ms,
-            shadowing: summary.shadowing,
-            markers: summary.markers,
-            key_bytes: summary.key_bytes,
-            max_end: summary.max_end,
-        }
+        self.totals.absorb(&other.totals);
     }
 }
 
@@ -1108,20 +1075,19 @@ fn load_hint(
     if let (Some(summary), true) = (entries.summary(), in_place) {
         // Version 4: what the entries hold is in the summary; they are decoded only by the
         // merge, which checks each as it reads it.
-        if summary.max_end > seg_len {
+        let totals = summary.totals;
+        if totals.max_end > seg_len {
             return HintLoad::PastEnd;
         }
-        loader.max_seq = loader.max_seq.max(summary.max_seq);
-        loader.max_write_ms = loader.max_write_ms.max(summary.max_write_ms);
+        loader.max_seq = loader.max_seq.max(totals.max_seq);
+        loader.max_write_ms = loader.max_write_ms.max(totals.max_write_ms);
         let stats = loader.stats_of(id);
-        stats.hint_bytes += summary
+        stats.hint_bytes += totals
             .key_bytes
             .saturating_add(count.saturating_mul(crate::compaction::policy::HINT_ENTRY_BYTES));
-        stats.shadowing += summary.shadowing;
-        stats.markers += summary.markers;
-        loader
-            .summaries
-            .push((id, Tally::of_summary(summary, count)));
+        stats.shadowing += totals.shadowing;
+        stats.markers += totals.markers;
+        loader.summaries.push((id, Tally { count, totals }));
         loader.hints = summary
             .keyspaces
             .iter()
@@ -1636,14 +1602,7 @@ mod tests {
         let s = entries.summary().expect("version 4");
         // The second mark of the first keyspace is the one moved.
         assert!(s.keyspaces.first().is_some_and(|k| k.marks.len() > 1));
-        let totals = [
-            s.max_seq,
-            s.max_write_ms,
-            s.shadowing,
-            s.markers,
-            s.key_bytes,
-            s.max_end,
-        ];
+        let totals = s.totals.fields();
         let copy_with = |bytes: &[u8]| {
             let copy = tempfile::tempdir().expect("dir");
             for name in &names {

@@ -274,23 +274,13 @@ type Laid = (u32, usize, usize, u64, Vec<(usize, Vec<u8>)>);
 #[derive(Default)]
 struct Summing {
     keyspaces: Vec<Laid>,
-    max_seq: u64,
-    max_write_ms: u64,
-    shadowing: u64,
-    markers: u64,
-    key_bytes: u64,
-    max_end: u64,
+    totals: Totals,
 }
 
 impl Summing {
     /// Notes the entry `e` (in the writer's fixed layout) with key `key`, encoded from `at`.
     fn entry(&mut self, at: usize, e: &[u8], key: &[u8]) {
         let keyspace = LE::read_u32(&e[4..8]);
-        let seq = LE::read_u64(&e[16..24]);
-        let write_ms = LE::read_u64(&e[24..32]);
-        let end = u64::from(LE::read_u32(&e[32..36])) + u64::from(LE::read_u32(&e[36..40]));
-        let tombstone = e[0] == Kind::Tombstone as u8;
-        let flags = e[1];
         if self.keyspaces.last().is_none_or(|k| k.0 != keyspace) {
             self.keyspaces.push((keyspace, at, at, 0, Vec::new()));
         }
@@ -300,16 +290,11 @@ impl Summing {
             }
             k.3 += 1;
         }
-        self.max_seq = self.max_seq.max(seq);
-        self.max_write_ms = self.max_write_ms.max(write_ms);
-        if flags & FLAG_SHADOWS != 0 || tombstone {
-            self.shadowing += 1;
-        }
-        if tombstone && flags & FLAG_MARKER != 0 {
-            self.markers += u64::from(LE::read_u32(&e[36..40]));
-        }
-        self.key_bytes += key.len() as u64;
-        self.max_end = self.max_end.max(end);
+        let times = (LE::read_u64(&e[16..24]), LE::read_u64(&e[24..32]));
+        let tombstone = e[0] == Kind::Tombstone as u8;
+        let (offset, len) = (LE::read_u32(&e[32..36]), LE::read_u32(&e[36..40]));
+        self.totals
+            .note(tombstone, e[1], times, key.len(), offset, len);
     }
 
     /// Appends the summary to `out` (which holds the entries, each keyspace's ending where
@@ -342,14 +327,7 @@ impl Summing {
                 out.extend_from_slice(key);
             }
         }
-        for v in [
-            self.max_seq,
-            self.max_write_ms,
-            self.shadowing,
-            self.markers,
-            self.key_bytes,
-            self.max_end,
-        ] {
+        for v in self.totals.fields() {
             varint::put(out, v);
         }
         let len = (out.len() - start) as u64;
@@ -369,14 +347,7 @@ pub(crate) fn with_summary_changed(b: &[u8], segment_id: u32, index: usize, valu
     let summary = entries.summary().expect("version 4").clone();
     let end = entries.body.len();
     let mut out = b[..end].to_vec();
-    let mut sums = [
-        summary.max_seq,
-        summary.max_write_ms,
-        summary.shadowing,
-        summary.markers,
-        summary.key_bytes,
-        summary.max_end,
-    ];
+    let mut sums = summary.totals.fields();
     if let Some(v) = sums.get_mut(index) {
         *v = value;
     }
@@ -424,15 +395,9 @@ pub(crate) fn with_summary_changed(b: &[u8], segment_id: u32, index: usize, valu
         }
         _ => {}
     }
-    let [max_seq, max_write_ms, shadowing, markers, key_bytes, max_end] = sums;
     let sum = Summing {
         keyspaces,
-        max_seq,
-        max_write_ms,
-        shadowing,
-        markers,
-        key_bytes,
-        max_end,
+        totals: Totals::from_fields(sums),
     };
     sum.write_ranges_kept(&mut out);
     out.extend_from_slice(&count.to_le_bytes());
@@ -456,7 +421,7 @@ pub fn check_summary(b: &[u8], segment_id: u32) -> Result<bool, DecodeError> {
     let Some(summary) = entries.summary() else {
         return Ok(false);
     };
-    let mut sums = [0u64; 6];
+    let mut totals = Totals::default();
     for k in &summary.keyspaces {
         let mut walk = Entries::resume(b, entries.base_ms, k.from, k.to);
         let mut n = 0usize;
@@ -475,29 +440,13 @@ pub fn check_summary(b: &[u8], segment_id: u32) -> Result<bool, DecodeError> {
             }
             last = Some((key, meta.seq));
             n += 1;
-            let tombstone = meta.kind == Kind::Tombstone;
-            sums[0] = sums[0].max(meta.seq);
-            sums[1] = sums[1].max(meta.write_ms);
-            sums[2] += u64::from(meta.flags & FLAG_SHADOWS != 0 || tombstone);
-            if tombstone && meta.flags & FLAG_MARKER != 0 {
-                sums[3] += u64::from(len);
-            }
-            sums[4] += key.len() as u64;
-            sums[5] = sums[5].max(u64::from(offset) + u64::from(len));
+            totals.add(&meta, key, offset, len);
         }
         if n as u64 != k.count {
             return Err(DecodeError::BadField);
         }
     }
-    let said = [
-        summary.max_seq,
-        summary.max_write_ms,
-        summary.shadowing,
-        summary.markers,
-        summary.key_bytes,
-        summary.max_end,
-    ];
-    if sums != said {
+    if totals != summary.totals {
         return Err(DecodeError::BadField);
     }
     Ok(true)
@@ -768,6 +717,14 @@ pub struct KeyspaceEntries<'b> {
 pub struct Summary<'b> {
     /// In keyspace order, each keyspace's entries after the one before.
     pub keyspaces: Vec<KeyspaceEntries<'b>>,
+    pub totals: Totals,
+}
+
+/// What a hint's entries hold in all: what open needs of them before it merges them (the next
+/// sequence number, the clock's floor, the segment's stats), and what a version-4 summary
+/// states.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
     pub max_seq: u64,
     pub max_write_ms: u64,
     /// Entries with `FLAG_SHADOWS`, and tombstones.
@@ -778,6 +735,80 @@ pub struct Summary<'b> {
     pub key_bytes: u64,
     /// The largest offset plus length of a record.
     pub max_end: u64,
+}
+
+impl Totals {
+    /// Counts an entry: `meta`, `key`, the record's `offset` and `len`.
+    pub fn add(&mut self, meta: &Meta, key: &[u8], offset: u32, len: u32) {
+        let tombstone = meta.kind == Kind::Tombstone;
+        self.note(
+            tombstone,
+            meta.flags,
+            (meta.seq, meta.write_ms),
+            key.len(),
+            offset,
+            len,
+        );
+    }
+
+    /// [`Totals::add`] from the fields themselves.
+    fn note(
+        &mut self,
+        tombstone: bool,
+        flags: u8,
+        (seq, write_ms): (u64, u64),
+        key_len: usize,
+        offset: u32,
+        len: u32,
+    ) {
+        self.max_seq = self.max_seq.max(seq);
+        self.max_write_ms = self.max_write_ms.max(write_ms);
+        if flags & FLAG_SHADOWS != 0 || tombstone {
+            self.shadowing += 1;
+        }
+        if tombstone && flags & FLAG_MARKER != 0 {
+            self.markers += u64::from(len);
+        }
+        self.key_bytes += key_len as u64;
+        self.max_end = self.max_end.max(u64::from(offset) + u64::from(len));
+    }
+
+    /// Counts what `other` counted too.
+    pub fn absorb(&mut self, other: &Totals) {
+        self.max_seq = self.max_seq.max(other.max_seq);
+        self.max_write_ms = self.max_write_ms.max(other.max_write_ms);
+        self.shadowing += other.shadowing;
+        self.markers += other.markers;
+        self.key_bytes += other.key_bytes;
+        self.max_end = self.max_end.max(other.max_end);
+    }
+
+    /// The six totals in the summary's order.
+    #[must_use]
+    pub fn fields(&self) -> [u64; 6] {
+        [
+            self.max_seq,
+            self.max_write_ms,
+            self.shadowing,
+            self.markers,
+            self.key_bytes,
+            self.max_end,
+        ]
+    }
+
+    /// The totals from [`Totals::fields`].
+    #[must_use]
+    pub fn from_fields(f: [u64; 6]) -> Self {
+        let [max_seq, max_write_ms, shadowing, markers, key_bytes, max_end] = f;
+        Self {
+            max_seq,
+            max_write_ms,
+            shadowing,
+            markers,
+            key_bytes,
+            max_end,
+        }
+    }
 }
 
 /// Parses the summary at `b[from..to]` of a hint whose entries lie at `entries` and number
@@ -850,15 +881,9 @@ fn parse_summary(
     if pos != to {
         return Err(DecodeError::BadLength);
     }
-    let [max_seq, max_write_ms, shadowing, markers, key_bytes, max_end] = sums;
     Ok(Summary {
         keyspaces,
-        max_seq,
-        max_write_ms,
-        shadowing,
-        markers,
-        key_bytes,
-        max_end,
+        totals: Totals::from_fields(sums),
     })
 }
 
@@ -970,10 +995,7 @@ mod tests {
                 marks: vec![(24, &b""[..])],
             }]
         );
-        let totals = (summary.max_seq, summary.max_write_ms, summary.shadowing);
-        assert_eq!(totals, (4, 1234, 4));
-        let rest = (summary.markers, summary.key_bytes, summary.max_end);
-        assert_eq!(rest, (0, 5, 109));
+        assert_eq!(summary.totals.fields(), [4, 1234, 4, 0, 5, 109]);
         // Version 3: the same without the summary.
         let mut w = HintWriter::new(9);
         for e in &entries {
@@ -1126,7 +1148,7 @@ mod tests {
         let summary = entries.summary().expect("version 4");
         assert_eq!(summary.keyspaces.len(), 3);
         assert!(summary.keyspaces.iter().all(|k| k.marks.len() == 2));
-        assert!(summary.markers > 0 && summary.shadowing >= 200);
+        assert!(summary.totals.markers > 0 && summary.totals.shadowing >= 200);
         for index in 0..9 {
             let bad = with_summary_changed(&good, 3, index, 12_345);
             assert_ne!(check_summary(&bad, 3), Ok(true), "total {index}");
