@@ -1555,8 +1555,8 @@ mod tests {
     }
 
     /// A version-4 hint whose summary does not match its entries (each total changed, a mark
-    /// moved or given another entry's key, entries said to be a keyspace the manifest does not
-    /// list) fails the open rather than let open use what it says; the hint as written opens
+    /// moved, given another entry's key or naming the entry before its own, entries said to be
+    /// a keyspace the manifest does not list) fails the open rather than let open use what it says; the hint as written opens
     /// and reads back every key.
     #[test]
     fn a_summary_that_does_not_match_its_entries_fails_the_open() {
@@ -1613,7 +1613,7 @@ mod tests {
             }
             copy
         };
-        for index in 0..9 {
+        for index in 0..10 {
             let value = totals.get(index).map_or(0, |v| v + 1);
             let copy = copy_with(&hint::with_summary_changed(&good, id, index, value));
             match crate::Store::open_with(copy.path(), opts()) {

@@ -339,7 +339,8 @@ impl Summing {
 /// largest sequence number, then the largest write time, shadowing entries, marker bytes, key
 /// bytes, the largest record end) set to `value`, or (6) the second mark of the first keyspace
 /// moved one byte on, (7) given the first mark's key, or (8) the first keyspace's entries from
-/// its second mark on said to be the next keyspace id's; and its checksum made right again: a
+/// its second mark on said to be the next keyspace id's, or (9) the second mark naming the
+/// entry before its own; and its checksum made right again: a
 /// summary that lies, as only a writer's bug could make one, for tests of what reads hints.
 #[cfg(test)]
 pub(crate) fn with_summary_changed(b: &[u8], segment_id: u32, index: usize, value: u64) -> Vec<u8> {
@@ -379,6 +380,20 @@ pub(crate) fn with_summary_changed(b: &[u8], segment_id: u32, index: usize, valu
                 first_key,
             ) {
                 mark.1 = key;
+            }
+        }
+        9 => {
+            // The second mark names the entry before its own, position and key: a mark at a
+            // real entry, only the wrong one.
+            if let Some(k) = keyspaces.first_mut().filter(|k| k.4.len() > 1) {
+                let mut walk = Entries::resume(b, entries.base_ms, k.1, k.2);
+                for _ in 0..MARK_EVERY - 1 {
+                    walk.next();
+                }
+                let at = walk.pos();
+                if let Some(Ok((_, key, _, _))) = walk.next() {
+                    k.4[1] = (at, key.to_vec());
+                }
             }
         }
         8 => {
@@ -1135,7 +1150,9 @@ mod tests {
         let mut w = HintWriter::new(3);
         for i in 0..1_000u64 {
             let mut e = entry(i * 3 + 1, format!("key-{:05}", i * 7919 % 1_000).as_bytes());
-            e.meta.keyspace = 1 + (i % 3) as u32;
+            // Keyspaces 1, 3 and 5: the summary that says part of keyspace 1 is keyspace 2's
+            // is in order, so only the entries can refute it.
+            e.meta.keyspace = 1 + 2 * (i % 3) as u32;
             if i % 5 == 0 {
                 e.meta.kind = Kind::Tombstone;
                 e.meta.flags = FLAG_MARKER;
@@ -1149,9 +1166,14 @@ mod tests {
         assert_eq!(summary.keyspaces.len(), 3);
         assert!(summary.keyspaces.iter().all(|k| k.marks.len() == 2));
         assert!(summary.totals.markers > 0 && summary.totals.shadowing >= 200);
-        for index in 0..9 {
+        for index in 0..10 {
             let bad = with_summary_changed(&good, 3, index, 12_345);
-            assert_ne!(check_summary(&bad, 3), Ok(true), "total {index}");
+            let (_, _) = Entries::open(&bad, 3).expect("a summary of the right shape");
+            assert_eq!(
+                check_summary(&bad, 3),
+                Err(DecodeError::BadField),
+                "total {index}"
+            );
         }
         let mut w = HintWriter::new(3);
         let e = entry(1, b"k");

@@ -162,14 +162,15 @@ type Job<'r> = (Option<Key>, Vec<Piece<'r>>);
 /// A shard's piece of one run.
 enum Piece<'r> {
     Decoded(&'r mut [(Key, Entry)]),
-    /// The entries of a hint run from byte `from` to byte `to`, the first of them the run's
-    /// `index`-th, their keys within the shard's `bounds` (its first key, the next shard's
-    /// first key).
+    /// The entries of a hint run from byte `from` to byte `to`, the run's `index`-th up to
+    /// (not including) its `end`-th, their keys within the shard's `bounds` (its first key, the
+    /// next shard's first key).
     Hint {
         run: &'r HintRun,
         from: usize,
         to: usize,
         index: usize,
+        end: usize,
         bounds: Bounds,
     },
 }
@@ -200,6 +201,7 @@ impl<'r> Piece<'r> {
                 from,
                 to,
                 index,
+                end,
                 bounds,
             } => Records::Hint {
                 entries: run.entries(from, to),
@@ -207,6 +209,7 @@ impl<'r> Piece<'r> {
                 last: None,
                 tally: Tally::default(),
                 index,
+                end,
                 bounds,
             },
         }
@@ -223,8 +226,11 @@ pub(super) enum Records<'r> {
         last: Option<(&'r [u8], u64)>,
         /// What was decoded, added to the run's when the piece ends.
         tally: Tally,
-        /// The index in the run of the next entry.
+        /// The index in the run of the next entry, and of the entry after the piece's last:
+        /// a piece that does not hold as many entries as the cuts counted fails (so every
+        /// index is right, and every mark is checked).
         index: usize,
+        end: usize,
         bounds: Bounds,
     },
 }
@@ -238,6 +244,7 @@ impl<'r> Records<'r> {
             last: None,
             tally: Tally::default(),
             index: 0,
+            end: run.len,
             bounds: (None, None),
         }
     }
@@ -255,10 +262,14 @@ impl Iterator for Records<'_> {
                 last,
                 tally,
                 index,
+                end,
                 bounds,
             } => {
                 let at = entries.pos();
                 let Some(next) = entries.next() else {
+                    if *index != *end {
+                        return run.broke();
+                    }
                     run.tally.lock().absorb(tally);
                     *tally = Tally::default();
                     return None;
@@ -462,11 +473,16 @@ fn split(runs: &mut [Run], per_shard: usize) -> Vec<Job<'_>> {
                         Some(next) => run.cut(next, start),
                         None => (run.to, run.len),
                     };
+                    if end.0 < start.0 || end.1 < start.1 {
+                        // A cut before the one before: only marks out of place give one.
+                        run.broke::<()>();
+                    }
                     let piece = Piece::Hint {
                         run,
                         from: start.0,
                         to: end.0,
                         index: start.1,
+                        end: end.1,
                         bounds: (jobs[i].0.clone(), next),
                     };
                     if !piece.is_empty() {
