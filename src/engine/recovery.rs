@@ -1554,21 +1554,32 @@ mod tests {
         assert_eq!(built.err(), Some(7));
     }
 
+    /// Options for a store of many small hinted segments, opened in many small parts.
+    fn small_segments() -> Options {
+        Options::default()
+            .sync(crate::SyncPolicy::Never)
+            .segment_size(64 << 10)
+            .hint_every_segment(true)
+            .warm_on_open(false)
+            .open_shard_records(7)
+    }
+
+    /// The id in the name of the segment or hint file at `path`.
+    fn file_id(path: &std::path::Path) -> u32 {
+        path.file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+            .expect("an id")
+    }
+
     /// A version-4 hint whose summary does not match its entries (each total changed, a mark
     /// moved, given another entry's key or naming the entry before its own, entries said to be
-    /// a keyspace the manifest does not list) fails the open rather than let open use what it says; the hint as written opens
-    /// and reads back every key.
+    /// a keyspace the manifest does not list) fails the open rather than let open use what it
+    /// says; the hint as written opens and reads back every key.
     #[test]
     fn a_summary_that_does_not_match_its_entries_fails_the_open() {
         let dir = tempfile::tempdir().expect("dir");
-        let opts = || {
-            Options::default()
-                .sync(crate::SyncPolicy::Never)
-                .segment_size(64 << 10)
-                .hint_every_segment(true)
-                .warm_on_open(false)
-                .open_shard_records(7)
-        };
+        let opts = small_segments;
         let key = |i: u32| format!("k{:05}", i * 7 % 3_000);
         {
             let store = crate::Store::open_with(dir.path(), opts()).expect("open");
@@ -1590,11 +1601,7 @@ mod tests {
             .iter()
             .find(|p| p.extension().is_some_and(|e| e == "hint"))
             .expect("a hint");
-        let id: u32 = hint
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.parse().ok())
-            .expect("an id");
+        let id = file_id(hint);
         let good = std::fs::read(hint).expect("read");
         let (entries, _) = hint::Entries::open(&good, id).expect("checks out");
         let s = entries.summary().expect("version 4");
@@ -1642,14 +1649,7 @@ mod tests {
     #[test]
     fn a_store_with_version_3_hints_opens_and_reads_every_key() {
         let dir = tempfile::tempdir().expect("dir");
-        let opts = || {
-            Options::default()
-                .sync(crate::SyncPolicy::Never)
-                .segment_size(64 << 10)
-                .hint_every_segment(true)
-                .warm_on_open(false)
-                .open_shard_records(7)
-        };
+        let opts = small_segments;
         let key = |i: u32| format!("k{:05}", i * 7_919 % 5_000);
         {
             let store = crate::Store::open_with(dir.path(), opts()).expect("open");
@@ -1666,11 +1666,7 @@ mod tests {
             if path.extension().is_none_or(|e| e != "hint") {
                 continue;
             }
-            let id: u32 = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(|s| s.parse().ok())
-                .expect("an id");
+            let id = file_id(&path);
             let bytes = std::fs::read(&path).expect("read");
             let mut w = HintWriter::new(id);
             for e in hint::decode(&bytes, id).expect("decodes") {
