@@ -689,19 +689,15 @@ mod tests {
             reaped_upto: 0,
             now: 1_000,
         };
-        let lens: Vec<usize> = split(&mut decoded(&runs), 10_000)
-            .iter()
-            .map(|(_, pieces)| pieces.iter().map(|p| p.len()).sum())
-            .collect();
-        assert_eq!(lens.len(), 20);
-        assert!(lens.iter().all(|&n| n < 3 * 10_000), "{lens:?}");
-        // Read from hints in place, sampled from their marks: as even.
-        let lens: Vec<usize> = split(&mut hinted(&runs), 10_000)
-            .iter()
-            .map(|(_, pieces)| pieces.iter().map(|p| p.len()).sum())
-            .collect();
-        assert_eq!(lens.len(), 20);
-        assert!(lens.iter().all(|&n| n < 3 * 10_000), "{lens:?}");
+        // Decoded, and read from hints in place (sampled from their marks): as even.
+        for mut split_runs in [decoded(&runs), hinted(&runs)] {
+            let lens: Vec<usize> = split(&mut split_runs, 10_000)
+                .iter()
+                .map(|(_, pieces)| pieces.iter().map(|p| p.len()).sum())
+                .collect();
+            assert_eq!(lens.len(), 20);
+            assert!(lens.iter().all(|&n| n < 3 * 10_000), "{lens:?}");
+        }
         let (map, _) = build_of(&runs, &rules, 10_000, 2);
         assert_eq!(map.len(), runs.iter().map(Vec::len).sum::<usize>());
     }
