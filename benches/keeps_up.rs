@@ -11,7 +11,9 @@
 //! is comparable) gives the cost of expiry to the foreground.
 //!
 //! Run: `cargo bench --bench keeps_up` (EBBDB_KEEPS_UP_SECS=60, EBBDB_KEEPS_UP_TTL=10,
-//! EBBDB_KEEPS_UP_ONLY=ttl|nottl for one of the two runs, EBBDB_KEEPS_UP_MALLINFO=1 for glibc's heap figures at each verbose sample, EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL, EBBDB_KEEPS_UP_MIXED_MAX=N to make the longest TTL N s, EBBDB_KEEPS_UP_HUGE=off|all for `ebbdb::set_huge_pages`).
+//! EBBDB_KEEPS_UP_ONLY=ttl|nottl for one of the two runs, EBBDB_KEEPS_UP_MALLINFO=1 for glibc's heap figures at each verbose sample, EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL, EBBDB_KEEPS_UP_MIXED_MAX=N to make the longest TTL N s, EBBDB_KEEPS_UP_HUGE=off|all for `ebbdb::set_huge_pages`,
+//! EBBDB_KEEPS_UP_VERBOSE=1 for a line per second and one per batch over 15 ms, with the
+//! writer thread's CPU time, page faults and context switches over that batch).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -128,7 +130,9 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
     // Key i was written at second written_at[i / 100].
     let mut written_at: Vec<u64> = Vec::new();
     let mut deleted = 0u64;
+    let verbose = std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok();
     while start.elapsed() < Duration::from_secs(secs) {
+        let usage_before = verbose.then(thread_usage);
         let t = Instant::now();
         let mut batch = WriteBatch::new();
         let second = now_s();
@@ -168,11 +172,14 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
         store.write_batch(batch)?;
         let took = t.elapsed();
         batch_times.push(took);
-        if took > Duration::from_millis(15) && std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok() {
+        if let Some(before) = usage_before.filter(|_| took > Duration::from_millis(15)) {
+            let after = thread_usage();
+            let d: Vec<i64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
             let s = store.stats();
             println!(
-                "    slow batch {took:?} at {:.2}s: segments {} merges {} expirations {} backlog {}",
+                "    slow batch {took:?} at {:.2}s: writer CPU user {} µs sys {} µs, faults {} minor {} major, switches {} waits {} preempted; segments {} merges {} expirations {} backlog {}",
                 start.elapsed().as_secs_f64(),
+                d[0], d[1], d[2], d[3], d[4], d[5],
                 s.segments,
                 s.merges,
                 s.expirations,
@@ -186,7 +193,7 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
             let s = store.stats();
             samples.push((elapsed, dir_bytes(dir.path()), s.live_bytes));
             peak_live = peak_live.max(s.live_items);
-            if std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok() {
+            if verbose {
                 // Where the disk goes: published segments (their dead share), hints, and
                 // files retired but still held by a reader (directory less published).
                 let dead: f64 = s
@@ -308,6 +315,35 @@ fn print_mallinfo(elapsed: u64) {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn print_mallinfo(_elapsed: u64) {}
+
+/// The calling thread's CPU time (user, system, in µs), page faults (minor, major) and
+/// context switches (voluntary: it waited; involuntary: it was preempted), for the verbose
+/// report of a slow batch: the deltas over the batch tell work done in the writer from waits.
+#[cfg(target_os = "linux")]
+fn thread_usage() -> [i64; 6] {
+    // SAFETY: `rusage` is plain integers, for which all zeros is a valid value.
+    #[allow(unsafe_code)]
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `getrusage` writes the calling thread's figures into the struct it is given,
+    // which is ours and of the right type; it keeps no pointer to it.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru)
+    };
+    [
+        ru.ru_utime.tv_sec * 1_000_000 + ru.ru_utime.tv_usec,
+        ru.ru_stime.tv_sec * 1_000_000 + ru.ru_stime.tv_usec,
+        ru.ru_minflt,
+        ru.ru_majflt,
+        ru.ru_nvcsw,
+        ru.ru_nivcsw,
+    ]
+}
+
+#[cfg(not(target_os = "linux"))]
+fn thread_usage() -> [i64; 6] {
+    [0; 6]
+}
 
 fn main() -> ebbdb::Result<()> {
     if std::env::args().any(|a| a == "--list") {

@@ -21,7 +21,10 @@ mod census;
 mod map;
 mod rehash;
 pub use census::{Census, Count, Gathered};
-pub use map::{stock_spare_page, HashKey, KeyMap, Ordered, PartPages, Slot, Touched, SLAB_PAGE};
+pub use map::{
+    stock_spare_page, stock_spare_pages, HashKey, KeyMap, Ordered, PartPages, Slot, Touched,
+    SLAB_PAGE,
+};
 pub use rehash::RehashWatch;
 
 /// A key as stored in the key directory: keys up to 23 bytes live inline in the map's nodes, so

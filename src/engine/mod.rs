@@ -581,6 +581,16 @@ impl Store {
         Ok(self.inner.keyspace_by_name(name)?.state.read().map.shards())
     }
 
+    /// Test hook: the slots the key directory of keyspace `name` spans, entries and holes
+    /// (`keydir::KeyMap::slots`): what giving room back after expiries cuts.
+    ///
+    /// # Errors
+    /// `NotFound` if there is no such keyspace.
+    #[doc(hidden)]
+    pub fn key_directory_slots(&self, name: &str) -> Result<usize> {
+        Ok(self.inner.keyspace_by_name(name)?.state.read().map.slots())
+    }
+
     /// Test hook: true if the key directory of keyspace `name` is hashed (not ordered yet).
     ///
     /// # Errors
@@ -851,10 +861,10 @@ impl Inner {
         self.poisoned.store(true, Ordering::Release);
     }
 
-    pub(crate) fn send(&self, msg: Message) {
-        if let Some(w) = &*self.worker.lock() {
-            w.try_send(msg);
-        }
+    /// Sends `msg` to the background threads without blocking: false if it was not sent (no
+    /// worker, or its channel full).
+    pub(crate) fn send(&self, msg: Message) -> bool {
+        self.worker.lock().as_ref().is_some_and(|w| w.try_send(msg))
     }
 
     /// Waits until every byte appended up to `pos` is fsynced, sharing fsyncs between

@@ -274,9 +274,11 @@ impl Inner {
         plan: impl FnOnce(&super::planned::View<'_>) -> Result<std::borrow::Cow<'o, [Op]>>,
     ) -> Result<Existed> {
         self.check_writable()?;
-        // A slab page a map may need for this write's inserts is made here, before any lock
-        // (DESIGN.md §3.1, "Huge slab pages").
-        crate::keydir::stock_spare_page();
+        // A slab page a map may need for this write's inserts is made before any lock: here
+        // if none is kept, else by the sync thread (DESIGN.md §3.1, "Huge slab pages").
+        if crate::keydir::stock_spare_page() && !self.send(Message::StockPages) {
+            crate::keydir::stock_spare_pages();
+        }
         // The write's instant: taken here, or by a caller that already stamped it into the
         // value (the document layer's `_ts`/`_etag`), so the record header and the value agree.
         // Either way it comes from `now_ms()`, so it never precedes a time already handed out.

@@ -86,6 +86,10 @@ pub(crate) const ASSIST_LAG_S: u64 = 2;
 /// they wait for `maintain`).
 pub(crate) const ASSIST_MIN_BACKLOG: usize = 1024;
 
+/// Steps of giving key-directory room back ([`Inner::trim_key_directories`]) a pass that leaves
+/// nothing due takes at most: about 16 ms of a reaper that wakes a few times a second.
+const IDLE_TRIM_CALLS: usize = 16;
+
 /// The most timers a write handles per key it wrote when it assists.
 pub(crate) const ASSIST_PER_KEY: usize = 4;
 
@@ -104,7 +108,33 @@ impl Inner {
             }
             expired += self.reap_upto(REAP_SLICE, 0)?;
         }
+        if self.reap_backlog.load(Ordering::Relaxed) == 0 {
+            self.trim_key_directories(IDLE_TRIM_CALLS);
+        }
         Ok(expired)
+    }
+
+    /// Up to `calls` steps of giving key-directory room back ([`KeyMap::trim`]: about a
+    /// millisecond each under a keyspace's write lock), over the keyspaces that have some, for
+    /// a reaper with nothing due: the chunks of a pass trim only when the pass leaves nothing
+    /// due behind it ([`Inner::reap_upto`]), so room freed by a wave of expiries is given back
+    /// here, a bounded step per pass.
+    ///
+    /// [`KeyMap::trim`]: crate::keydir::KeyMap::trim
+    fn trim_key_directories(&self, calls: usize) {
+        let cores: Vec<_> = self.catalog.read().by_id.values().cloned().collect();
+        let mut left = calls;
+        for core in cores {
+            while left > 0 {
+                let mut st = core.state.write();
+                if !st.map.trim_due() {
+                    break;
+                }
+                st.map.trim();
+                left -= 1;
+                parking_lot::RwLockWriteGuard::unlock_fair(st);
+            }
+        }
     }
 
     /// A write's share of reaping when the worker has fallen behind: expiry lags the write's
@@ -132,13 +162,16 @@ impl Inner {
     /// delivered advances only when nothing due is left and nothing is in flight.
     pub(crate) fn reap_upto(&self, limit: usize, min_backlog: usize) -> Result<usize> {
         let now = self.now_s();
-        let (taken, handled) = {
+        let (taken, handled, trim) = {
             let mut ex = self.expiry.lock();
             ex.fired_through = ex.fired_through.max(now);
             let due = ex.timers.due(now);
             let n = if due > min_backlog { limit.min(due) } else { 0 };
             let mut taken = Vec::new();
             let count = ex.timers.take(now, n, &mut taken);
+            // Room is given back only by a take that leaves nothing due: while a backlog is
+            // left, every millisecond goes to expiring (see `handle_fired`).
+            let trim = count == due;
             ex.in_flight += count;
             self.reap_backlog
                 .store((due - count) as u64, Ordering::Relaxed);
@@ -147,9 +180,9 @@ impl Inner {
                 _ => now,
             };
             self.handled_through.fetch_max(through, Ordering::Relaxed);
-            (taken, count)
+            (taken, count, trim)
         };
-        let expired = self.handle_fired(now, taken);
+        let expired = self.handle_fired(now, taken, trim);
         let complete = {
             let mut ex = self.expiry.lock();
             ex.in_flight -= handled;
@@ -195,7 +228,7 @@ impl Inner {
             self.reap_backlog.store(0, Ordering::Relaxed);
             (taken, count, through)
         };
-        let expired = self.handle_fired(now, taken);
+        let expired = self.handle_fired(now, taken, true);
         self.expirations
             .fetch_add(expired as u64, Ordering::Relaxed);
         let upto = {
@@ -217,8 +250,9 @@ impl Inner {
 
     /// Handles fired timers: frees the entries that are due, re-arms the ones whose deadline
     /// moved later, drops stale ones, publishes events. Returns how many items expired.
-    /// `fired` comes as runs of one second each, as [`Timers::take`] moved them.
-    fn handle_fired(&self, now: u64, fired: timers::Runs) -> usize {
+    /// `fired` comes as runs of one second each, as [`Timers::take`] moved them. With `trim`,
+    /// each chunk's keyspace gives room back after it ([`crate::keydir::KeyMap::trim`]).
+    fn handle_fired(&self, now: u64, fired: timers::Runs, trim: bool) -> usize {
         if fired.is_empty() {
             return 0;
         }
@@ -308,8 +342,13 @@ impl Inner {
                     }
                 }
                 // Tables the expiries left under a quarter full give room back (a table is
-                // rehashed only then: at 1 M keys, a 64th of them).
-                map.trim();
+                // rehashed only then: at 1 M keys, a 64th of them), and the slab's end moves
+                // into its holes; not while a backlog is left, whose expiries come first: in
+                // the keeps-up run trimming took over half the reaper's time when the live set
+                // swung, and the reaper fell behind the writer (DESIGN.md §11).
+                if trim {
+                    map.trim();
+                }
                 // Re-armed timers go in before the keyspace lock is let go, so a sweep (which
                 // checks entries under that lock) never sees an entry armed at a second whose
                 // timer is not in place yet.

@@ -42,6 +42,10 @@ pub enum Message {
     /// A rotation is waiting for its fsyncs and manifest (`Inner::commit_rotations`).
     /// Handled by the sync thread.
     Rotated,
+    /// Make spare slab pages for the key directories (`keydir::stock_spare_pages`), so that
+    /// a writer does not take a fresh page's first fault itself. Handled by the sync thread,
+    /// which is idle between fsyncs.
+    StockPages,
     /// Stop.
     Shutdown,
 }
@@ -62,15 +66,13 @@ pub struct WorkerHandle {
 
 impl WorkerHandle {
     /// Sends without blocking; a full channel drops the message (every message is an
-    /// idempotent request, and hints missing are rebuilt by scanning at open).
-    pub fn try_send(&self, msg: Message) {
+    /// idempotent request, and hints missing are rebuilt by scanning at open). True if sent.
+    pub fn try_send(&self, msg: Message) -> bool {
         match (&self.sync, msg) {
-            (Some((tx, _)), Message::SyncBehind | Message::Rotated) => {
-                let _ = tx.try_send(msg);
+            (Some((tx, _)), Message::SyncBehind | Message::Rotated | Message::StockPages) => {
+                tx.try_send(msg).is_ok()
             }
-            _ => {
-                let _ = self.tx.try_send(msg);
-            }
+            _ => self.tx.try_send(msg).is_ok(),
         }
     }
 
@@ -230,6 +232,7 @@ pub(crate) fn spawn(inner: Arc<Inner>) -> Result<WorkerHandle> {
                     }
                     // The sync thread's (sent here only if it could not be started).
                     Message::SyncBehind | Message::Rotated => {}
+                    Message::StockPages => crate::keydir::stock_spare_pages(),
                 }
                 // The tick's work, when it is due: also while other messages keep arriving.
                 if Instant::now() < next_tick {
@@ -372,6 +375,7 @@ fn spawn_sync(inner: Arc<Inner>) -> Result<(Sender<Message>, JoinHandle<()>)> {
                     // A failure poisons the store, as any failed fsync does (the pages it
                     // covered may be lost while marked clean).
                     Ok(Message::SyncBehind) => run(&mut || inner.sync_behind()),
+                    Ok(Message::StockPages) => crate::keydir::stock_spare_pages(),
                     Ok(Message::Shutdown) | Err(_) => break,
                     Ok(_) => {}
                 }

@@ -916,11 +916,21 @@ impl Hashed {
         }
     }
 
+    /// True if [`Hashed::trim`] has work: index tables being gone through, a quarter of the
+    /// entries gone since they were last looked at, or a quarter of the slab's slots holes.
+    fn trim_due(&self) -> bool {
+        let slots = self.slab.slots.len();
+        self.shrink_at.is_some()
+            || self.slab.live * 4 < self.peak * 3
+            || slots - self.slab.live > (slots / 4).max(1024)
+    }
+
     /// After removals: an index table left under a quarter full gives half its room back, and
     /// when a quarter of the slab's slots are holes, up to `budget` entries move from its end
     /// into holes (their index elements renumbered) and the end is cut; a wave of expiries
     /// gives its memory back over the following passes, a bounded step each.
     fn trim(&mut self, budget: usize) {
+        // (`Hashed::trim_due` says when a call here has work; keep the two in step.)
         // The index tables are looked at only once a quarter of the keys has left since the
         // last look: looking at all of them on every call made a deleting write batch 60-100 %
         // slower (a review's probe: 0.47-0.55 µs per delete without, 0.82-1.12 µs with).
@@ -1066,15 +1076,16 @@ pub struct PartPages {
     next: Option<Lines>,
 }
 
-/// Whole pages of holes made ahead, off every lock ([`stock_spare_page`]), for a map that grows
-/// by inserts to take under its keyspace's write lock ([`take_spare_page`]): making one there
-/// (a fresh 2 MiB mapping faulted in, which may compact memory to find a huge page, and 32,768
-/// holes written) held the lock writers wait for. At most [`SPARES`] are kept, for the whole
-/// process.
+/// Whole pages of holes made ahead, off every lock ([`stock_spare_page`],
+/// [`stock_spare_pages`]), for a map that grows by inserts to take under its keyspace's write
+/// lock ([`take_spare_page`]): making one there (a fresh 2 MiB mapping faulted in, which may
+/// compact memory to find a huge page, and 32,768 holes written) held the lock writers wait
+/// for. At most [`SPARES`] are kept, for the whole process.
 static SPARE_PAGES: parking_lot::Mutex<Vec<Lines>> = parking_lot::Mutex::new(Vec::new());
 
-/// Spare pages kept at most.
-const SPARES: usize = 1;
+/// Spare pages kept at most: two, so that while a background thread makes the next one, the
+/// writer that took a spare leaves one for the next map that needs a page.
+const SPARES: usize = 2;
 
 /// Spare pages in [`SPARE_PAGES`] (read without its lock by [`stock_spare_page`]).
 static SPARE_COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -1083,21 +1094,54 @@ static SPARE_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// whose maps stay under a page never holds one.
 static SPARES_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Set while a writer makes a spare page, so that writers arriving meanwhile do not each
-/// make one too.
+/// Set while a thread makes a spare page, so that threads arriving meanwhile do not each make
+/// one too.
 static SPARE_MAKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Makes a spare slab page if one is wanted and none is kept: called by writers before they
-/// take any lock (an atomic load when nothing is to be done).
-pub fn stock_spare_page() {
-    if SPARE_COUNT.load(Ordering::Relaxed) >= SPARES
-        || !SPARES_WANTED.load(Ordering::Relaxed)
-        || SPARE_MAKING.swap(true, Ordering::Acquire)
-    {
-        return;
+/// Set from when a writer asks a background thread for spare pages ([`stock_spare_page`]
+/// returned true) until that thread starts making them ([`stock_spare_pages`]): one request
+/// is in flight at a time, not one per write.
+static STOCK_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A writer's part in keeping spare pages, before it takes any lock (an atomic load when
+/// nothing is to be done). With no spare kept it makes one itself, as this write's inserts may
+/// need it, and returns true; with fewer than [`SPARES`] kept it returns true once per request
+/// in flight ([`STOCK_ASKED`]): the caller then
+/// asks a background thread to run [`stock_spare_pages`] (or runs it itself if it cannot ask).
+/// So the page's first fault, 5-20 ms on a machine whose memory must be compacted or backed by
+/// its host, is taken off the writers' latency whenever the background keeps up.
+pub fn stock_spare_page() -> bool {
+    let count = SPARE_COUNT.load(Ordering::Relaxed);
+    if count >= SPARES || !SPARES_WANTED.load(Ordering::Relaxed) {
+        return false;
     }
-    offer_spare_page(Lines::holes(PAGE));
-    SPARE_MAKING.store(false, Ordering::Release);
+    if count == 0 {
+        if !SPARE_MAKING.swap(true, Ordering::Acquire) {
+            offer_spare_page(Lines::holes(PAGE));
+            SPARE_MAKING.store(false, Ordering::Release);
+        }
+        // Asked again even if a request is in flight: it may have been lost (a store closed
+        // before its sync thread got to it), and a second request costs nothing.
+        STOCK_ASKED.store(true, Ordering::Release);
+        return true;
+    }
+    !STOCK_ASKED.swap(true, Ordering::AcqRel)
+}
+
+/// A background thread's part: makes spare pages until [`SPARES`] are kept (unless another
+/// thread is making one), and ends the request [`stock_spare_page`] made.
+pub fn stock_spare_pages() {
+    STOCK_ASKED.store(false, Ordering::Release);
+    for _ in 0..SPARES {
+        if SPARE_COUNT.load(Ordering::Relaxed) >= SPARES
+            || !SPARES_WANTED.load(Ordering::Relaxed)
+            || SPARE_MAKING.swap(true, Ordering::Acquire)
+        {
+            return;
+        }
+        offer_spare_page(Lines::holes(PAGE));
+        SPARE_MAKING.store(false, Ordering::Release);
+    }
 }
 
 /// Keeps `page` (a whole page of holes) as a spare if fewer than [`SPARES`] are kept; drops it
@@ -1679,6 +1723,17 @@ impl KeyMap {
         }
     }
 
+    /// Slots a hashed map's slab spans, entries and holes (what [`KeyMap::trim`] cuts); an
+    /// ordered map's entries. For tests.
+    #[cfg(any(test, feature = "test-hooks"))]
+    #[must_use]
+    pub fn slots(&self) -> usize {
+        match &self.layout {
+            Layout::Ordered(o) => o.shards.iter().map(BTreeMap::len).sum(),
+            Layout::Hashed(h) => h.slab.slots.len(),
+        }
+    }
+
     /// Records per shard when the map is ordered: [`SHARD_RECORDS`], or fewer for a map open
     /// built from smaller parts (`Options::open_shard_records`, a test hook).
     #[must_use]
@@ -1927,6 +1982,12 @@ impl KeyMap {
     #[must_use]
     pub fn trimming(&self) -> bool {
         matches!(&self.layout, Layout::Hashed(h) if h.shrink_at.is_some())
+    }
+
+    /// True if [`KeyMap::trim`] has room to give back (a hashed map's index tables or slab).
+    #[must_use]
+    pub fn trim_due(&self) -> bool {
+        matches!(&self.layout, Layout::Hashed(h) if h.trim_due())
     }
 
     /// Gives back room in hashed tables left under a quarter full (after removals through
@@ -2876,7 +2937,10 @@ mod tests {
         let key = |m: usize, i: usize| Key::from_slice(format!("{m}-{i:08}").as_bytes());
         let n = 3 * PAGE + 5;
         for i in 0..n {
-            stock_spare_page();
+            // As the write path does: the writer's part, and the background's when asked.
+            if stock_spare_page() {
+                stock_spare_pages();
+            }
             assert!(SPARE_COUNT.load(Ordering::Relaxed) <= SPARES);
             for (m, map) in maps.iter_mut().enumerate() {
                 map.insert(key(m, i), Entry::at_seq(i as u64));
