@@ -131,9 +131,17 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
     let mut written_at: Vec<u64> = Vec::new();
     let mut deleted = 0u64;
     let verbose = std::env::var("EBBDB_KEEPS_UP_VERBOSE").is_ok();
+    // While a batch runs, when it began (µs since `start`, 0 between batches): a verbose run's
+    // watchdog reports where the writer is when one takes over 30 ms.
+    let batch_began = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watchdog = verbose.then(|| spawn_watchdog(start, std::sync::Arc::clone(&batch_began)));
     while start.elapsed() < Duration::from_secs(secs) {
         let usage_before = verbose.then(thread_usage);
         let t = Instant::now();
+        if verbose {
+            let began = t.duration_since(start).as_micros().max(1) as u64;
+            batch_began.store(began, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut batch = WriteBatch::new();
         let second = now_s();
         written_at.push(second);
@@ -171,6 +179,7 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
         }
         store.write_batch(batch)?;
         let took = t.elapsed();
+        batch_began.store(0, std::sync::atomic::Ordering::Relaxed);
         batch_times.push(took);
         if let Some(before) = usage_before.filter(|_| took > Duration::from_millis(15)) {
             let after = thread_usage();
@@ -256,6 +265,10 @@ fn run(with_ttl: bool, secs: u64, ttl: u64, mixed: bool) -> ebbdb::Result<Outcom
             }
         }
     }
+    if let Some((stop, thread)) = watchdog {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = thread.join();
+    }
     let elapsed = start.elapsed().as_secs_f64();
     let live_keys = ks.len()? as u64;
     let half = samples.len() / 2;
@@ -315,6 +328,64 @@ fn print_mallinfo(elapsed: u64) {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn print_mallinfo(_elapsed: u64) {}
+
+/// A verbose run's watchdog: every 5 ms it looks at the batch in progress, and once one has
+/// run 30 ms it prints the writer thread's system call and kernel stack (Linux's
+/// `/proc/self/task/<tid>/syscall` and `stack`, the latter readable by root only), once per
+/// batch: what a slow batch waits on, which its CPU and switch counts cannot tell.
+type Watchdog = (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+);
+
+fn spawn_watchdog(
+    start: Instant,
+    batch_began: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Watchdog {
+    use std::sync::atomic::Ordering;
+    let writer = writer_tid();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = std::sync::Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        let mut reported = 0;
+        while !stopped.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
+            let began = batch_began.load(Ordering::Relaxed);
+            let now = start.elapsed().as_micros() as u64;
+            if began == 0 || began == reported || now.saturating_sub(began) < 30_000 {
+                continue;
+            }
+            reported = began;
+            let read = |what: &str| {
+                std::fs::read_to_string(format!("/proc/self/task/{writer}/{what}"))
+                    .unwrap_or_else(|e| format!("({e})"))
+            };
+            println!(
+                "    watchdog: batch at {:.3}s running {} ms; writer syscall: {}    kernel stack:\n{}",
+                began as f64 / 1e6,
+                (now - began) / 1000,
+                read("syscall"),
+                read("stack")
+            );
+        }
+    });
+    (stop, thread)
+}
+
+/// The calling thread's id (Linux), for the watchdog's `/proc` paths.
+#[cfg(target_os = "linux")]
+fn writer_tid() -> i32 {
+    // SAFETY: `gettid` takes no arguments and cannot fail.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::gettid()
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn writer_tid() -> i32 {
+    0
+}
 
 /// The calling thread's CPU time (user, system, in µs), page faults (minor, major) and
 /// context switches (voluntary: it waited; involuntary: it was preempted), for the verbose

@@ -22,8 +22,8 @@ mod map;
 mod rehash;
 pub use census::{Census, Count, Gathered};
 pub use map::{
-    stock_spare_page, stock_spare_pages, HashKey, KeyMap, Ordered, PartPages, Slot, Touched,
-    SLAB_PAGE,
+    spare_page_request_lost, stock_spare_page, stock_spare_pages, HashKey, KeyMap, Ordered,
+    PartPages, Slot, Touched, SLAB_PAGE,
 };
 pub use rehash::RehashWatch;
 

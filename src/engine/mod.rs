@@ -581,14 +581,15 @@ impl Store {
         Ok(self.inner.keyspace_by_name(name)?.state.read().map.shards())
     }
 
-    /// Test hook: the slots the key directory of keyspace `name` spans, entries and holes
-    /// (`keydir::KeyMap::slots`): what giving room back after expiries cuts.
+    /// Test hook: what giving room back after expiries cuts in the key directory of keyspace
+    /// `name` (`keydir::KeyMap::room`): the slots its slab spans, entries and holes, and the
+    /// buckets of its index tables; `None` if the map is ordered.
     ///
     /// # Errors
     /// `NotFound` if there is no such keyspace.
     #[doc(hidden)]
-    pub fn key_directory_slots(&self, name: &str) -> Result<usize> {
-        Ok(self.inner.keyspace_by_name(name)?.state.read().map.slots())
+    pub fn key_directory_room(&self, name: &str) -> Result<Option<(usize, usize)>> {
+        Ok(self.inner.keyspace_by_name(name)?.state.read().map.room())
     }
 
     /// Test hook: true if the key directory of keyspace `name` is hashed (not ordered yet).
@@ -638,7 +639,7 @@ impl Store {
     /// worker that fell behind would leave it.
     #[doc(hidden)]
     pub fn queue_due_expirations(&self) -> Result<()> {
-        self.inner.reap_upto(0, 0).map(|_| ())
+        self.inner.reap_upto(0, 0, false).map(|_| ())
     }
 
     /// Test hook: runs the compaction policy once (drops and a bounded merge) without the

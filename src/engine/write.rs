@@ -275,9 +275,10 @@ impl Inner {
     ) -> Result<Existed> {
         self.check_writable()?;
         // A slab page a map may need for this write's inserts is made before any lock: here
-        // if none is kept, else by the sync thread (DESIGN.md §3.1, "Huge slab pages").
+        // if none is kept, else by the sync thread (DESIGN.md §3.1, "Huge slab pages"); with
+        // no sync thread to ask, one spare at a time is made here, as before there was one.
         if crate::keydir::stock_spare_page() && !self.send(Message::StockPages) {
-            crate::keydir::stock_spare_pages();
+            crate::keydir::spare_page_request_lost();
         }
         // The write's instant: taken here, or by a caller that already stamped it into the
         // value (the document layer's `_ts`/`_etag`), so the record header and the value agree.

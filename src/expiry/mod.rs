@@ -100,13 +100,13 @@ impl Inner {
         // In slices, so the backlog others see (and help with) is the real one.
         // Bounded by what was due when the pass began, so a pass always ends (and the worker
         // gets to compaction) even while timers keep firing; the next pass takes the rest.
-        let mut expired = self.reap_upto(REAP_SLICE, 0)?;
+        let mut expired = self.reap_upto(REAP_SLICE, 0, true)?;
         let slices = self.reap_backlog.load(Ordering::Relaxed) / REAP_SLICE as u64 + 1;
         for _ in 0..slices {
             if self.reap_backlog.load(Ordering::Relaxed) == 0 {
                 break;
             }
-            expired += self.reap_upto(REAP_SLICE, 0)?;
+            expired += self.reap_upto(REAP_SLICE, 0, true)?;
         }
         if self.reap_backlog.load(Ordering::Relaxed) == 0 {
             self.trim_key_directories(IDLE_TRIM_CALLS);
@@ -122,17 +122,18 @@ impl Inner {
     ///
     /// [`KeyMap::trim`]: crate::keydir::KeyMap::trim
     fn trim_key_directories(&self, calls: usize) {
-        let cores: Vec<_> = self.catalog.read().by_id.values().cloned().collect();
+        let mut due: Vec<_> = self.catalog.read().by_id.values().cloned().collect();
         let mut left = calls;
-        for core in cores {
-            while left > 0 {
+        // A step for each keyspace in turn, so one with much to give back does not keep the
+        // others waiting; whether a keyspace has any is asked under its read lock, so a pass
+        // with nothing to do holds no writer up.
+        while left > 0 && !due.is_empty() {
+            due.retain(|core| core.state.read().map.trim_due());
+            for core in due.iter().take(left) {
                 let mut st = core.state.write();
-                if !st.map.trim_due() {
-                    break;
-                }
                 st.map.trim();
-                left -= 1;
                 parking_lot::RwLockWriteGuard::unlock_fair(st);
+                left -= 1;
             }
         }
     }
@@ -150,6 +151,7 @@ impl Inner {
             let _ = self.reap_upto(
                 keys_written.saturating_mul(share).max(64),
                 ASSIST_MIN_BACKLOG,
+                false,
             );
         }
     }
@@ -159,8 +161,15 @@ impl Inner {
     /// deadline order within each) and handled `REAP_CHUNK` at a time, each chunk under one
     /// write lock of the keyspace; dead bytes are accounted under the log mutex once per call.
     /// Events are built only when someone subscribed. The second up to which events were
-    /// delivered advances only when nothing due is left and nothing is in flight.
-    pub(crate) fn reap_upto(&self, limit: usize, min_backlog: usize) -> Result<usize> {
+    /// delivered advances only when nothing due is left and nothing is in flight. With
+    /// `may_trim` (the reaper's passes) and nothing left due after the take, the chunks give
+    /// key-directory room back too.
+    pub(crate) fn reap_upto(
+        &self,
+        limit: usize,
+        min_backlog: usize,
+        may_trim: bool,
+    ) -> Result<usize> {
         let now = self.now_s();
         let (taken, handled, trim) = {
             let mut ex = self.expiry.lock();
@@ -169,9 +178,10 @@ impl Inner {
             let n = if due > min_backlog { limit.min(due) } else { 0 };
             let mut taken = Vec::new();
             let count = ex.timers.take(now, n, &mut taken);
-            // Room is given back only by a take that leaves nothing due: while a backlog is
-            // left, every millisecond goes to expiring (see `handle_fired`).
-            let trim = count == due;
+            // Room is given back only by the reaper (`may_trim`; a write's assist never), and
+            // only by a take that leaves nothing due: while a backlog is left, every
+            // millisecond goes to expiring (see `handle_fired`).
+            let trim = may_trim && count == due;
             ex.in_flight += count;
             self.reap_backlog
                 .store((due - count) as u64, Ordering::Relaxed);
@@ -345,7 +355,8 @@ impl Inner {
                 // rehashed only then: at 1 M keys, a 64th of them), and the slab's end moves
                 // into its holes; not while a backlog is left, whose expiries come first: in
                 // the keeps-up run trimming took over half the reaper's time when the live set
-                // swung, and the reaper fell behind the writer (DESIGN.md §11).
+                // swung, and the reaper fell behind the writer (DESIGN.md §3.1, "Spare pages
+                // from the sync thread, and trims after the backlog").
                 if trim {
                     map.trim();
                 }

@@ -380,6 +380,9 @@ fn spawn_sync(inner: Arc<Inner>) -> Result<(Sender<Message>, JoinHandle<()>)> {
                     Ok(_) => {}
                 }
             }
+            // A request for spare pages may be left in the channel: another store's writers
+            // must be able to ask again.
+            crate::keydir::spare_page_request_lost();
         })?;
     Ok((tx, thread))
 }

@@ -373,6 +373,10 @@ pub struct Slab {
     free: Vec<u32>,
     /// Slots held.
     live: usize,
+    /// The most slots held since [`Hashed::trim`] last began going through the index tables:
+    /// kept here, where inserts count, so a wave of removals is seen against the height it
+    /// fell from however rarely `trim` is called.
+    peak: usize,
 }
 
 /// Bit `i` of `words` (false past their end).
@@ -693,6 +697,7 @@ impl Slab {
             held,
             free: Vec::new(),
             live: n,
+            peak: n,
         }
     }
 
@@ -716,6 +721,7 @@ impl Slab {
     /// [`MAX_SLOTS`] entries ([`KeyMap::entry`] orders a full map first).
     fn alloc(&mut self, key: Key, e: Entry) -> u32 {
         self.live += 1;
+        self.peak = self.peak.max(self.live);
         while let Some(h) = self.free.pop() {
             let i = h as usize;
             if i < self.slots.len() && !self.is_held(i) {
@@ -758,8 +764,6 @@ struct Hashed {
     touched: Option<Vec<Key>>,
     /// A walk changed entries in place while the map was being ordered (any may differ).
     touched_all: bool,
-    /// The most entries seen by [`Hashed::trim`] since it last looked at the index tables.
-    peak: usize,
     /// The next index table [`Hashed::trim`] looks at, while it goes through them (a bounded
     /// number per call).
     shrink_at: Option<usize>,
@@ -794,7 +798,6 @@ impl Hashed {
             picks: picks(),
             touched: None,
             touched_all: false,
-            peak: 0,
             shrink_at: None,
             ends: Box::new([TableEnd::default()]),
             shard_records: SHARD_RECORDS,
@@ -921,7 +924,7 @@ impl Hashed {
     fn trim_due(&self) -> bool {
         let slots = self.slab.slots.len();
         self.shrink_at.is_some()
-            || self.slab.live * 4 < self.peak * 3
+            || self.slab.live * 4 < self.slab.peak * 3
             || slots - self.slab.live > (slots / 4).max(1024)
     }
 
@@ -935,10 +938,9 @@ impl Hashed {
         // last look: looking at all of them on every call made a deleting write batch 60-100 %
         // slower (a review's probe: 0.47-0.55 µs per delete without, 0.82-1.12 µs with).
         let live = self.slab.live;
-        self.peak = self.peak.max(live);
-        if self.shrink_at.is_none() && live * 4 < self.peak * 3 {
+        if self.shrink_at.is_none() && live * 4 < self.slab.peak * 3 {
             self.shrink_at = Some(0);
-            self.peak = live;
+            self.slab.peak = live;
         }
         if let Some(from) = self.shrink_at {
             let to = (from + SHRINK_TABLES_PER_TRIM).min(self.index.len());
@@ -1094,13 +1096,20 @@ static SPARE_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// whose maps stay under a page never holds one.
 static SPARES_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Set while a thread makes a spare page, so that threads arriving meanwhile do not each make
+/// Set while a writer makes a spare page, so that writers arriving meanwhile do not each make
 /// one too.
 static SPARE_MAKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Set while a background thread makes spare pages ([`stock_spare_pages`]): a flag apart from
+/// the writers', so that a writer finding none kept makes its own page rather than leave its
+/// map to make one under its lock while the background is still at it (a page too many is
+/// dropped by [`offer_spare_page`]).
+static STOCKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Set from when a writer asks a background thread for spare pages ([`stock_spare_page`]
-/// returned true) until that thread starts making them ([`stock_spare_pages`]): one request
-/// is in flight at a time, not one per write.
+/// returned true) until that thread starts making them ([`stock_spare_pages`]) or the request
+/// is known lost ([`spare_page_request_lost`]): a request per page taken, not one per write
+/// (a writer that finds none kept asks again regardless).
 static STOCK_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A writer's part in keeping spare pages, before it takes any lock (an atomic load when
@@ -1129,19 +1138,25 @@ pub fn stock_spare_page() -> bool {
 }
 
 /// A background thread's part: makes spare pages until [`SPARES`] are kept (unless another
-/// thread is making one), and ends the request [`stock_spare_page`] made.
+/// background thread is at it), and ends the request [`stock_spare_page`] made.
 pub fn stock_spare_pages() {
     STOCK_ASKED.store(false, Ordering::Release);
+    if STOCKING.swap(true, Ordering::Acquire) {
+        return;
+    }
     for _ in 0..SPARES {
-        if SPARE_COUNT.load(Ordering::Relaxed) >= SPARES
-            || !SPARES_WANTED.load(Ordering::Relaxed)
-            || SPARE_MAKING.swap(true, Ordering::Acquire)
-        {
-            return;
+        if SPARE_COUNT.load(Ordering::Relaxed) >= SPARES || !SPARES_WANTED.load(Ordering::Relaxed) {
+            break;
         }
         offer_spare_page(Lines::holes(PAGE));
-        SPARE_MAKING.store(false, Ordering::Release);
     }
+    STOCKING.store(false, Ordering::Release);
+}
+
+/// Ends a request [`stock_spare_page`] made that no thread will serve (the message could not
+/// be sent, or its thread stopped first), so that a later write asks again.
+pub fn spare_page_request_lost() {
+    STOCK_ASKED.store(false, Ordering::Release);
 }
 
 /// Keeps `page` (a whole page of holes) as a spare if fewer than [`SPARES`] are kept; drops it
@@ -1723,14 +1738,17 @@ impl KeyMap {
         }
     }
 
-    /// Slots a hashed map's slab spans, entries and holes (what [`KeyMap::trim`] cuts); an
-    /// ordered map's entries. For tests.
+    /// What [`KeyMap::trim`] cuts: the slots a hashed map's slab spans (entries and holes) and
+    /// the buckets its index tables have allocated; `None` for an ordered map. For tests.
     #[cfg(any(test, feature = "test-hooks"))]
     #[must_use]
-    pub fn slots(&self) -> usize {
+    pub fn room(&self) -> Option<(usize, usize)> {
         match &self.layout {
-            Layout::Ordered(o) => o.shards.iter().map(BTreeMap::len).sum(),
-            Layout::Hashed(h) => h.slab.slots.len(),
+            Layout::Ordered(_) => None,
+            Layout::Hashed(h) => Some((
+                h.slab.slots.len(),
+                h.index.iter().map(HashTable::num_buckets).sum(),
+            )),
         }
     }
 
