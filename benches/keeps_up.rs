@@ -13,7 +13,8 @@
 //! Run: `cargo bench --bench keeps_up` (EBBDB_KEEPS_UP_SECS=60, EBBDB_KEEPS_UP_TTL=10,
 //! EBBDB_KEEPS_UP_ONLY=ttl|nottl for one of the two runs, EBBDB_KEEPS_UP_MALLINFO=1 for glibc's heap figures at each verbose sample, EBBDB_KEEPS_UP_MIXED=1 for TTLs uniform in 1 s..1 h with 10 % of keys without TTL, EBBDB_KEEPS_UP_MIXED_MAX=N to make the longest TTL N s, EBBDB_KEEPS_UP_HUGE=off|all for `ebbdb::set_huge_pages`,
 //! EBBDB_KEEPS_UP_VERBOSE=1 for a line per second and one per batch over 15 ms, with the
-//! writer thread's CPU time, page faults and context switches over that batch).
+//! writer thread's CPU time, page faults and context switches over that batch, and for a batch
+//! still running at 30 ms the writer's system call and kernel stack at that moment).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

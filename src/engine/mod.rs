@@ -1115,8 +1115,28 @@ impl Inner {
         if self.poisoned.load(Ordering::Acquire) {
             return Ok(());
         }
-        let pos = self.log.lock().appended;
-        self.sync_to(pos)
+        // Only the whole pages are written and fsynced: the page the log ends in stays in the
+        // buffer, so the writers never add to a page this fsync's writeback holds locked
+        // (`ActiveWriter::flush_whole_pages`). Nothing here claims a position durable to
+        // writers (as `sync_to` does); the file's own durable length still advances.
+        let (file, rotations) = {
+            let mut log = self.log.lock();
+            if let Err(e) = log.active.flush_whole_pages() {
+                self.poison();
+                return Err(Error::io_at(log.active.shared.current_path(), e));
+            }
+            (
+                Arc::clone(&log.active.shared),
+                self.rotations_started.load(Ordering::Acquire),
+            )
+        };
+        // As in `flush_and_fsync`: the rotations before these bytes first.
+        if self.rotations_durable.load(Ordering::Acquire) < rotations {
+            self.commit_rotations()?;
+        }
+        file.sync(true)
+            .at(file.current_path())
+            .inspect_err(|_| self.poison())
     }
 
     /// Periodic durability for `SyncPolicy::Periodic`.

@@ -604,7 +604,7 @@ impl Inner {
             }
             if !matches!(self.opts.sync, SyncPolicy::Always) {
                 if log.active.wants_flush() {
-                    if let Err(e) = log.active.flush() {
+                    if let Err(e) = log.active.flush_whole_pages() {
                         self.poison();
                         // The write is applied in memory: its reports still go out.
                         self.publish_expirations(&events);

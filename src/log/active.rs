@@ -179,6 +179,14 @@ pub struct ActiveWriter {
     pub header: SegmentHeader,
     /// Logical length: flushed bytes plus the tail.
     len: u64,
+    /// Bytes of the file written so far: `flushed`, or past it after a flush of whole pages,
+    /// whose last bytes begin a record that is still in the tail too (`flushed` only ever
+    /// ends at a record's end, so no reader finds half a record in the file).
+    written: u64,
+    /// Where each record appended since the last flush ends (the tail's record boundaries),
+    /// for a flush of whole pages to end `flushed` at the last of them before the page
+    /// boundary.
+    ends: Vec<u64>,
     /// Physical length of the file: written records, then zeros.
     zeroed_to: u64,
     /// How far ahead to zero-fill: `PREALLOCATE`, but never more than a segment.
@@ -223,6 +231,8 @@ impl ActiveWriter {
             shared: Arc::new(shared),
             header,
             len,
+            written: len,
+            ends: Vec::new(),
             zeroed_to: len,
             prealloc: PREALLOCATE.min(map_len.max(4096)),
         })
@@ -266,6 +276,8 @@ impl ActiveWriter {
             )),
             header,
             len: valid_len,
+            written: valid_len,
+            ends: Vec::new(),
             zeroed_to,
             prealloc: PREALLOCATE.min(map_len.max(4096)),
         })
@@ -319,6 +331,7 @@ impl ActiveWriter {
         let before = tail.len();
         encode(&mut tail);
         self.len += (tail.len() - before) as u64;
+        self.ends.push(self.len);
         at
     }
 
@@ -334,13 +347,43 @@ impl ActiveWriter {
     /// The OS error from `pwrite`; the buffer is kept so nothing is silently dropped, and the
     /// caller poisons the store.
     pub fn flush(&mut self) -> io::Result<()> {
+        self.write_out(false)
+    }
+
+    /// Writes the buffer up to the last page boundary it crosses (no fsync), so the file's
+    /// written bytes end at a page boundary and the next write starts a fresh page. A write
+    /// into a page that writeback holds locked waits for it: with ext4's delayed allocation an
+    /// fsync of the file locks its dirty pages while it allocates their blocks, which waits for
+    /// the journal, and a writer adding to the page the previous write ended in was held up to
+    /// 108 ms (DESIGN.md §5, "Flushes end at page boundaries"). Readers take from the file only
+    /// whole records (`flushed` moves to the last record end at or before the boundary): the
+    /// record the boundary cuts stays whole in the buffer for them, while the next flush
+    /// writes on from the boundary.
+    ///
+    /// # Errors
+    /// As [`ActiveWriter::flush`].
+    pub fn flush_whole_pages(&mut self) -> io::Result<()> {
+        self.write_out(true)
+    }
+
+    fn write_out(&mut self, whole_pages: bool) -> io::Result<()> {
         // Readers copy from the tail under this lock, so `flushed` and the tail change together.
         let mut tail = self.shared.tail.lock();
-        if tail.is_empty() {
+        let flushed = self.shared.flushed.load(Ordering::Acquire);
+        debug_assert_eq!(flushed + tail.len() as u64, self.len);
+        let mut end = self.len;
+        if whole_pages {
+            end -= end % super::mmap::page_bytes();
+        }
+        if end <= self.written {
             return Ok(());
         }
-        let at = self.shared.flushed.load(Ordering::Acquire);
-        let end = at + tail.len() as u64;
+        // Bytes of the tail, from where the file's written bytes end to `end`.
+        let (from, to) = (self.written - flushed, end - flushed);
+        let (from, to) = (
+            usize::try_from(from).unwrap_or(usize::MAX),
+            usize::try_from(to).unwrap_or(usize::MAX),
+        );
         if end > self.zeroed_to && self.prealloc > 0 {
             // Extend with zeros well past this write, so the next appends overwrite.
             let target = end + self.prealloc;
@@ -349,9 +392,90 @@ impl ActiveWriter {
             faults::write_all_at(&self.shared.file, &path, &zeros, end)?;
             self.zeroed_to = target;
         }
-        faults::write_all_at(&self.shared.file, &self.shared.current_path(), &tail, at)?;
-        self.shared.flushed.store(self.len, Ordering::Release);
-        tail.clear();
+        faults::write_all_at(
+            &self.shared.file,
+            &self.shared.current_path(),
+            &tail[from..to],
+            self.written,
+        )?;
+        self.written = end;
+        // The last record end at or before `end` (the whole tail when all of it went out).
+        let whole = self.ends.partition_point(|&e| e <= end);
+        let readable = match whole {
+            _ if !whole_pages => end,
+            0 => flushed,
+            i => self.ends[i - 1],
+        };
+        self.ends.drain(..whole);
+        tail.drain(..usize::try_from(readable - flushed).unwrap_or(usize::MAX));
+        self.shared.flushed.store(readable, Ordering::Release);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flush of whole pages writes the file up to the last page boundary the buffer crosses
+    /// and lets readers take from the file only up to the last record end before it, so no
+    /// record is ever half in the file for them; every record reads back the same whichever
+    /// side it is on; a full flush then writes the rest, and the file holds every byte once, in
+    /// order.
+    #[test]
+    fn whole_page_flushes_end_at_a_page_boundary_and_lose_nothing() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut w = ActiveWriter::create(dir.path(), 1, 0, 1 << 20, false)?.without_preallocation();
+        let page = crate::log::mmap::page_bytes();
+        let mut appended: Vec<(u64, Vec<u8>)> = Vec::new();
+        let file_len = |w: &ActiveWriter| w.shared.file.metadata().map(|m| m.len());
+        let reads_back = |w: &ActiveWriter, appended: &[(u64, Vec<u8>)]| -> io::Result<()> {
+            for (at, bytes) in appended {
+                let (at, len) = (u32::try_from(*at).unwrap_or(u32::MAX), bytes.len() as u32);
+                assert_eq!(w.shared.read_any(at, len)?.as_ref(), Some(bytes), "at {at}");
+            }
+            Ok(())
+        };
+        // Records of several sizes, some larger than a page.
+        for round in 0..40u32 {
+            let size = [3_001, 17, 9_000, 250, 4_096][round as usize % 5];
+            let bytes: Vec<u8> = (0..size).map(|i| ((i + round) % 251) as u8).collect();
+            let at = w.append_with(|b| b.extend_from_slice(&bytes));
+            appended.push((at, bytes));
+            if round % 3 == 2 {
+                w.flush_whole_pages()?;
+                let flushed = w.shared.flushed.load(Ordering::Acquire);
+                assert_eq!(
+                    w.written % page,
+                    0,
+                    "round {round}: written to {}",
+                    w.written
+                );
+                assert!(
+                    w.len() - w.written < page,
+                    "round {round}: a whole page not written"
+                );
+                assert_eq!(file_len(&w)?, w.written);
+                assert!(flushed <= w.written);
+                assert!(
+                    flushed == SEGMENT_HEADER_LEN as u64
+                        || appended
+                            .iter()
+                            .any(|(at, b)| at + b.len() as u64 == flushed),
+                    "round {round}: readers may read the file to {flushed}, not a record's end"
+                );
+            }
+            reads_back(&w, &appended)?;
+        }
+        assert!(w.shared.flushed.load(Ordering::Acquire) > SEGMENT_HEADER_LEN as u64);
+        w.flush()?;
+        assert_eq!(w.shared.flushed.load(Ordering::Acquire), w.len());
+        assert_eq!(file_len(&w)?, w.len());
+        reads_back(&w, &appended)?;
+        let mut on_disk = vec![0u8; usize::try_from(w.len()).unwrap_or(usize::MAX)];
+        w.shared.file.read_exact_at(&mut on_disk, 0)?;
+        let records: Vec<u8> = appended.iter().flat_map(|(_, b)| b.clone()).collect();
+        assert_eq!(&on_disk[SEGMENT_HEADER_LEN..], &records[..]);
         Ok(())
     }
 }

@@ -266,6 +266,17 @@ fn huge_pages() -> Option<ThpSystem> {
     None
 }
 
+/// The page cache's unit for a file's bytes: the base page where it can be read (64-bit
+/// Linux), 4 KiB elsewhere. A power of two.
+#[must_use]
+pub fn page_bytes() -> u64 {
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    if let Some(base) = base_page() {
+        return base as u64;
+    }
+    4096
+}
+
 /// The size of a base page, a power of two (`sysconf`, read once).
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 fn base_page() -> Option<usize> {
