@@ -1133,6 +1133,9 @@ impl Inner {
         // As in `flush_and_fsync`: the rotations before these bytes first.
         if self.rotations_durable.load(Ordering::Acquire) < rotations {
             self.commit_rotations()?;
+            if self.rotations_durable.load(Ordering::Acquire) < rotations {
+                return Err(Error::Poisoned);
+            }
         }
         file.sync(true)
             .at(file.current_path())

@@ -602,6 +602,8 @@ impl Inner {
                         .collect();
                 }
             }
+            // This write's records are all appended: a flush may let readers take up to here.
+            log.active.end_unit();
             if !matches!(self.opts.sync, SyncPolicy::Always) {
                 if log.active.wants_flush() {
                     if let Err(e) = log.active.flush_whole_pages() {

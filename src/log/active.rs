@@ -1,9 +1,10 @@
 //! The active segment: the one file being appended to.
 //!
 //! Writers append encoded records to an in-memory buffer (the *tail*) under the log mutex; the
-//! tail is written to the file (`pwrite` at the flushed length) when it grows past a threshold,
-//! before an fsync, and at rotation. Readers never take the log mutex (which is held across
-//! fsyncs by catalogue changes): they read the flushed part
+//! tail is written to the file (`pwrite` where the file's written bytes end) up to a page
+//! boundary when it grows past a threshold, and whole before an fsync and at rotation.
+//! Readers never take the log mutex (which is held across fsyncs by catalogue changes): they
+//! read the flushed part
 //! through the shared [`ActiveFile`] (mapping or `pread`), and the unflushed tail under the
 //! tail's own mutex, which is held only for an append, a copy, or the `pwrite` of a flush.
 
@@ -38,7 +39,9 @@ pub struct ActiveFile {
     pub id: u32,
     /// The file, opened read-write.
     pub file: File,
-    /// Bytes of the file that hold written records (header included).
+    /// Bytes of the file readers may take from it (header included): whole writes, never
+    /// written again. The file may hold more (the first bytes of the write a flush of whole
+    /// pages cut), which readers take from the tail.
     pub flushed: AtomicU64,
     /// Bytes known to be on stable storage: `flushed` as it was when the last successful
     /// fsync began (`CLOCK` records it, see `engine::clockfile`).
@@ -46,8 +49,8 @@ pub struct ActiveFile {
     /// Read-only mapping of the file (its flushed prefix is read from here); `None` if the
     /// mapping failed, in which case reads use `pread`.
     map: Option<ActiveMap>,
-    /// Appended bytes not yet written to the file; they start at `flushed`. `flushed` only
-    /// changes under this lock, so a reader holding it sees the two agree.
+    /// Appended bytes from `flushed` on (the first of them may also be in the file already).
+    /// `flushed` only changes under this lock, so a reader holding it sees the two agree.
     tail: Mutex<Vec<u8>>,
     /// The file's final name (`NNNNNNNNNN.seg`).
     path: PathBuf,
@@ -183,9 +186,9 @@ pub struct ActiveWriter {
     /// whose last bytes begin a record that is still in the tail too (`flushed` only ever
     /// ends at a record's end, so no reader finds half a record in the file).
     written: u64,
-    /// Where each record appended since the last flush ends (the tail's record boundaries),
-    /// for a flush of whole pages to end `flushed` at the last of them before the page
-    /// boundary.
+    /// Where each write's records appended since the last flush end ([`ActiveWriter::end_unit`]:
+    /// the tail's batch boundaries), for a flush of whole pages to end `flushed` at the last
+    /// of them before the page boundary.
     ends: Vec<u64>,
     /// Physical length of the file: written records, then zeros.
     zeroed_to: u64,
@@ -331,8 +334,17 @@ impl ActiveWriter {
         let before = tail.len();
         encode(&mut tail);
         self.len += (tail.len() - before) as u64;
-        self.ends.push(self.len);
         at
+    }
+
+    /// Marks the end of a write's records (a batch's header and members, or a single record):
+    /// a flush of whole pages lets readers take from the file only up to such an end, so the
+    /// file's readable part never ends inside a batch, whose records recovery keeps all or
+    /// none of (and the durable length recorded in `CLOCK` is that readable part).
+    pub fn end_unit(&mut self) {
+        if self.ends.last() != Some(&self.len) {
+            self.ends.push(self.len);
+        }
     }
 
     /// True when the buffer should be written out.
@@ -355,10 +367,10 @@ impl ActiveWriter {
     /// into a page that writeback holds locked waits for it: with ext4's delayed allocation an
     /// fsync of the file locks its dirty pages while it allocates their blocks, which waits for
     /// the journal, and a writer adding to the page the previous write ended in was held up to
-    /// 108 ms (DESIGN.md §5, "Flushes end at page boundaries"). Readers take from the file only
-    /// whole records (`flushed` moves to the last record end at or before the boundary): the
-    /// record the boundary cuts stays whole in the buffer for them, while the next flush
-    /// writes on from the boundary.
+    /// 112 ms (DESIGN.md §5, "Flushes end at page boundaries"). Readers take from the file only
+    /// whole writes (`flushed` moves to the last end marked by [`ActiveWriter::end_unit`] at
+    /// or before the boundary): the write the boundary cuts stays whole in the buffer for them,
+    /// while the next flush writes on from the boundary.
     ///
     /// # Errors
     /// As [`ActiveWriter::flush`].
@@ -418,10 +430,10 @@ mod tests {
     use super::*;
 
     /// A flush of whole pages writes the file up to the last page boundary the buffer crosses
-    /// and lets readers take from the file only up to the last record end before it, so no
-    /// record is ever half in the file for them; every record reads back the same whichever
-    /// side it is on; a full flush then writes the rest, and the file holds every byte once, in
-    /// order.
+    /// and lets readers take from the file only up to the last end of a write before it
+    /// (`end_unit`), so neither a record nor a batch is ever half in the file for them; every
+    /// record reads back the same whichever side it is on; a full flush then writes the rest,
+    /// and the file holds every byte once, in order.
     #[test]
     fn whole_page_flushes_end_at_a_page_boundary_and_lose_nothing() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
@@ -436,18 +448,22 @@ mod tests {
             }
             Ok(())
         };
-        // Records of several sizes, some larger than a page.
+        // Writes of one to three records of several sizes, some larger than a page.
+        let mut unit_ends = vec![SEGMENT_HEADER_LEN as u64];
         for round in 0..40u32 {
-            let size = [3_001, 17, 9_000, 250, 4_096][round as usize % 5];
-            let bytes: Vec<u8> = (0..size).map(|i| ((i + round) % 251) as u8).collect();
-            let at = w.append_with(|b| b.extend_from_slice(&bytes));
-            appended.push((at, bytes));
-            if round % 3 == 2 {
+            for part in 0..=round % 3 {
+                let size = [3_001, 17, 9_000, 250, 4_096][(round + part) as usize % 5];
+                let bytes: Vec<u8> = (0..size).map(|i| ((i + round) % 251) as u8).collect();
+                let at = w.append_with(|b| b.extend_from_slice(&bytes));
+                appended.push((at, bytes));
+            }
+            w.end_unit();
+            unit_ends.push(w.len());
+            if round % 3 != 1 {
                 w.flush_whole_pages()?;
                 let flushed = w.shared.flushed.load(Ordering::Acquire);
-                assert_eq!(
-                    w.written % page,
-                    0,
+                assert!(
+                    w.written % page == 0 || w.written == SEGMENT_HEADER_LEN as u64,
                     "round {round}: written to {}",
                     w.written
                 );
@@ -458,11 +474,8 @@ mod tests {
                 assert_eq!(file_len(&w)?, w.written);
                 assert!(flushed <= w.written);
                 assert!(
-                    flushed == SEGMENT_HEADER_LEN as u64
-                        || appended
-                            .iter()
-                            .any(|(at, b)| at + b.len() as u64 == flushed),
-                    "round {round}: readers may read the file to {flushed}, not a record's end"
+                    unit_ends.contains(&flushed),
+                    "round {round}: readers may read the file to {flushed}, not a write's end"
                 );
             }
             reads_back(&w, &appended)?;
