@@ -9,8 +9,9 @@ use std::time::Duration;
 use ebbdb::clock::ManualClock;
 use ebbdb::{DefaultTtl, Options, Store, SyncPolicy, Ttl, WriteBatch};
 
-#[test]
-fn writes_drain_a_large_reaping_backlog() -> ebbdb::Result<()> {
+/// A store on a `ManualClock` (whose worker never reaps on its own) under
+/// `SyncPolicy::Never`, in a fresh directory (kept alive by the first element).
+fn manual_store() -> ebbdb::Result<(tempfile::TempDir, ManualClock, Store)> {
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at_unix_secs(1_700_000_000);
     let store = Store::open_with(
@@ -19,6 +20,12 @@ fn writes_drain_a_large_reaping_backlog() -> ebbdb::Result<()> {
             .clock(clock.clone())
             .sync(SyncPolicy::Never),
     )?;
+    Ok((dir, clock, store))
+}
+
+#[test]
+fn writes_drain_a_large_reaping_backlog() -> ebbdb::Result<()> {
+    let (_dir, clock, store) = manual_store()?;
     let ks = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
     let expiring = 200_000u64;
     for i in 0..expiring {
@@ -78,14 +85,7 @@ fn writes_drain_a_large_reaping_backlog() -> ebbdb::Result<()> {
 /// the slab's holes still answer.
 #[test]
 fn room_is_given_back_after_the_backlog_not_during_it() -> ebbdb::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let clock = ManualClock::at_unix_secs(1_700_000_000);
-    let store = Store::open_with(
-        dir.path(),
-        Options::default()
-            .clock(clock.clone())
-            .sync(SyncPolicy::Never),
-    )?;
+    let (_dir, clock, store) = manual_store()?;
     let ks = store.create_keyspace("sessions", DefaultTtl::Seconds(10))?;
     // Enough keys that the index tables outgrow the room below which they are left alone.
     let n = 700_000u64;

@@ -24,8 +24,10 @@ fn value(i: u32) -> Vec<u8> {
     v
 }
 
-#[test]
-fn writes_past_the_threshold_are_synced_in_the_background_and_survive_a_power_cut() {
+/// A store directory with keyspace "k" (created under a clean close, so durable) whose file
+/// operations are tracked for the power-loss model, with the options to open it again: a
+/// `ManualClock` and `SyncPolicy::Never`.
+fn tracked_dir() -> (tempfile::TempDir, ManualClock, Options) {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::at_unix_secs(1_700_000_000);
     let opts = Options::default()
@@ -37,8 +39,26 @@ fn writes_past_the_threshold_are_synced_in_the_background_and_survive_a_power_cu
             .create_keyspace("k", DefaultTtl::Off)
             .expect("keyspace");
     }
-    // Everything so far (the keyspace, created under a clean close) is durable.
     faults::track(dir.path()).expect("track");
+    (dir, clock, opts)
+}
+
+/// Waits (at most 20 s) until a file of `dir` was fsynced after the count `before`: the
+/// background fsync no caller asked for.
+fn wait_for_a_background_fsync(dir: &std::path::Path, before: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while faults::syncs(dir) == before {
+        assert!(
+            Instant::now() < deadline,
+            "no background fsync within 20 s of writing past the mark under SyncPolicy::Never"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn writes_past_the_threshold_are_synced_in_the_background_and_survive_a_power_cut() {
+    let (dir, _clock, opts) = tracked_dir();
     let store = Store::open_with(dir.path(), opts.clone()).expect("reopen");
     let ks = store.keyspace("k").expect("keyspace");
     let syncs_before = faults::syncs(dir.path());
@@ -49,14 +69,7 @@ fn writes_past_the_threshold_are_synced_in_the_background_and_survive_a_power_cu
         ks.put(key(i), value(i)).expect("put");
     }
     assert_eq!(store.stats().segments, 1, "the test needs a single segment");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while faults::syncs(dir.path()) == syncs_before {
-        assert!(
-            Instant::now() < deadline,
-            "no background fsync within 20 s of writing 12 MiB under SyncPolicy::Never"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_a_background_fsync(dir.path(), syncs_before);
     store.simulate_crash();
     drop(ks);
     drop(store);
@@ -96,18 +109,7 @@ fn writes_past_the_threshold_are_synced_in_the_background_and_survive_a_power_cu
 /// absent, and all but the last few present.
 #[test]
 fn a_batch_cut_by_sync_behind_is_not_durable_in_part() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::at_unix_secs(1_700_000_000);
-    let opts = Options::default()
-        .clock(clock.clone())
-        .sync(SyncPolicy::Never);
-    {
-        let store = Store::open_with(dir.path(), opts.clone()).expect("open");
-        store
-            .create_keyspace("k", DefaultTtl::Off)
-            .expect("keyspace");
-    }
-    faults::track(dir.path()).expect("track");
+    let (dir, clock, opts) = tracked_dir();
     let store = Store::open_with(dir.path(), opts.clone()).expect("reopen");
     let ks = store.keyspace("k").expect("keyspace");
     let syncs_before = faults::syncs(dir.path());
@@ -134,14 +136,7 @@ fn a_batch_cut_by_sync_behind_is_not_durable_in_part() {
         batches += 1;
     }
     assert_eq!(store.stats().segments, 1, "the test needs a single segment");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while faults::syncs(dir.path()) == syncs_before {
-        assert!(
-            Instant::now() < deadline,
-            "no background fsync within 20 s of writing 8 MiB under SyncPolicy::Never"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_a_background_fsync(dir.path(), syncs_before);
     // A write in a later second records the durable length in CLOCK.
     clock.advance(Duration::from_secs(2));
     ks.put(b"tick", b"tock").expect("put");

@@ -941,7 +941,14 @@ impl Inner {
                 rotations,
             )
         };
-        // Bytes before a rotation lie in files only its manifest makes part of the store.
+        self.sync_active(&file, rotations)?;
+        Ok((upto, appends))
+    }
+
+    /// fsyncs the active `file` after committing every rotation up to `rotations` (bytes
+    /// before a rotation lie in files only its manifest makes part of the store); a failed
+    /// fsync poisons.
+    fn sync_active(&self, file: &crate::log::active::ActiveFile, rotations: u64) -> Result<()> {
         if self.rotations_durable.load(Ordering::Acquire) < rotations {
             self.commit_rotations()?;
             if self.rotations_durable.load(Ordering::Acquire) < rotations {
@@ -950,8 +957,7 @@ impl Inner {
         }
         file.sync(true)
             .at(file.current_path())
-            .inspect_err(|_| self.poison())?;
-        Ok((upto, appends))
+            .inspect_err(|_| self.poison())
     }
 
     pub(crate) fn sync_all(&self) -> Result<()> {
@@ -1130,16 +1136,7 @@ impl Inner {
                 self.rotations_started.load(Ordering::Acquire),
             )
         };
-        // As in `flush_and_fsync`: the rotations before these bytes first.
-        if self.rotations_durable.load(Ordering::Acquire) < rotations {
-            self.commit_rotations()?;
-            if self.rotations_durable.load(Ordering::Acquire) < rotations {
-                return Err(Error::Poisoned);
-            }
-        }
-        file.sync(true)
-            .at(file.current_path())
-            .inspect_err(|_| self.poison())
+        self.sync_active(&file, rotations)
     }
 
     /// Periodic durability for `SyncPolicy::Periodic`.
