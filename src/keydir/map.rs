@@ -1115,8 +1115,8 @@ static STOCK_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// A writer's part in keeping spare pages, before it takes any lock (an atomic load when
 /// nothing is to be done). With no spare kept it makes one itself, as this write's inserts may
 /// need it, and returns true; with fewer than [`SPARES`] kept it returns true once per request
-/// in flight ([`STOCK_ASKED`]): the caller then
-/// asks a background thread to run [`stock_spare_pages`] (or runs it itself if it cannot ask).
+/// in flight ([`STOCK_ASKED`]): the caller then asks a background thread to run
+/// [`stock_spare_pages`] (and calls [`spare_page_request_lost`] if it cannot ask).
 /// So the page's first fault, 5-20 ms on a machine whose memory must be compacted or backed by
 /// its host, is taken off the writers' latency whenever the background keeps up.
 pub fn stock_spare_page() -> bool {
